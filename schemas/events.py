@@ -1,0 +1,65 @@
+"""Values of memstream.events, memstream.encoded, memstream.feedback and memstream.control."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from schemas.common import Identifier, Model, Text, Timestamp
+
+Role = Literal["user", "assistant", "system"]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class EventMetadata(Model):
+    importance: float = Field(0.5, ge=0.0, le=1.0)
+    pin: bool = False
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    speaker: Annotated[str, StringConstraints(max_length=128)] | None = None
+    channel: Annotated[str, StringConstraints(max_length=64)] | None = None
+
+
+class InteractionEvent(Model):
+    """One conversation turn, as a bot publishes it. Keyed ``tenant_id:user_id``."""
+
+    event_id: Identifier
+    tenant_id: Identifier
+    user_id: Identifier
+    session_id: Identifier
+    role: Role
+    text: Text
+    ts: Timestamp
+    metadata: EventMetadata = EventMetadata()
+
+    @property
+    def user_key(self) -> str:
+        return f"{self.tenant_id}:{self.user_id}"
+
+
+class EncodedEvent(Model):
+    """An event with its L2-normalised sentence embedding (float32 values)."""
+
+    event: InteractionEvent
+    embedding: list[float] = Field(min_length=1, max_length=4096)
+    model_id: str
+
+
+class Feedback(Model):
+    """Memories and turns that a retrieval handed to an agent (strength boosts)."""
+
+    tenant_id: Identifier
+    user_id: Identifier
+    memory_ids: list[str] = Field(default_factory=list, max_length=256)
+    turn_ids: list[str] = Field(default_factory=list, max_length=256)
+    ts: Timestamp
+
+
+class Control(Model):
+    """Operator or API commands every stage obeys."""
+
+    tenant_id: Identifier
+    user_id: Identifier
+    action: Literal["forget_user", "pin_memory"]
+    memory_id: str | None = None
+    ts: Timestamp

@@ -1,0 +1,107 @@
+"""Values of memstream.triggers, memstream.consolidated and memstream.dlq."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.common import Identifier, Model
+
+TriggerReason = Literal["semantic", "cluster", "entity", "pin"]
+
+
+class RecurrenceTrigger(Model):
+    """A key recurred enough to pay for consolidation. Keyed ``tenant_id:user_id``."""
+
+    trigger_id: str
+    tenant_id: Identifier
+    user_id: Identifier
+    key: str  # memory key, e.g. "entity:order:A-10293" or "topic:c7"
+    reason: TriggerReason
+    score: float = Field(ge=0.0)
+    turn_ids: list[str] = Field(min_length=1)
+    importance: float = Field(0.5, ge=0.0, le=1.0)
+    ts: datetime
+
+
+class Fact(Model):
+    text: str
+    attribute: str | None = None  # facts sharing an attribute supersede each other
+    source_event_ids: list[str] = Field(default_factory=list)
+    ts: datetime | None = None
+
+
+class TimelineEntry(Model):
+    ts: datetime
+    text: str
+    event_id: str | None = None
+
+
+class OpenAction(Model):
+    text: str
+    due: datetime | None = None
+    event_id: str | None = None
+
+
+class HistoryEntry(Model):
+    """A superseded value, kept with the time it stopped being current."""
+
+    attribute: str
+    value: str
+    superseded_at: datetime
+
+
+class MemoryContent(Model):
+    """What a consolidator (LLM or extractive) writes: also the LLM's JSON-schema answer."""
+
+    title: str
+    facts: list[Fact] = Field(default_factory=list)
+    status: str = ""
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    open_actions: list[OpenAction] = Field(default_factory=list)
+    keys: list[str] = Field(default_factory=list)
+    summary: str = ""
+
+
+class ConsolidatedMemory(MemoryContent):
+    """One structured long-term memory; its id is uuid5(tenant:user:key)."""
+
+    memory_id: str
+    tenant_id: Identifier
+    user_id: Identifier
+    key: str
+    strength: float = 1.0
+    created_at: datetime
+    updated_at: datetime
+    source_event_ids: list[str] = Field(default_factory=list)
+    links: list[str] = Field(default_factory=list)
+    history: list[HistoryEntry] = Field(default_factory=list)
+    version: int = 1
+
+
+class StoredTurn(Model):
+    """A short-term turn as kept in Redis (its embedding is stored beside it as float16)."""
+
+    event_id: str
+    session_id: str
+    role: str
+    text: str
+    ts: datetime
+    speaker: str | None = None
+    cluster_id: str | None = None
+    entities: list[str] = Field(default_factory=list)
+    importance: float = 0.5
+    pinned: bool = False
+
+
+class DeadLetter(Model):
+    """Why a message could not be processed, with its original bytes (decoded leniently)."""
+
+    stage: str
+    reason: str
+    topic: str
+    key: str | None = None
+    original: str
+    ts: datetime

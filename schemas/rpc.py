@@ -1,0 +1,58 @@
+"""Bodies of the retrieval RPC. The tenant never appears here: it comes from the API key."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.common import Identifier, Model, Text, Timestamp
+from schemas.events import EventMetadata, Role
+
+MAX_BATCH_EVENTS = 500
+
+
+class RetrieveRequest(Model):
+    user_id: Identifier
+    query: Text
+    budget_tokens: int = Field(512, ge=32, le=8192)
+    top_k: int = Field(8, ge=1, le=50)
+
+
+class RetrievedItem(Model):
+    kind: Literal["memory", "turn"]
+    id: str
+    text: str
+    score: float
+    strength: float
+    ts: datetime
+    source_event_ids: list[str]
+
+
+class RetrieveResponse(Model):
+    items: list[RetrievedItem]
+    context: str
+    context_tokens: int
+    took_ms: float
+
+
+class EventIn(Model):
+    """An event as a bot posts it; ``event_id`` defaults to a fresh uuid, ``ts`` to now."""
+
+    user_id: Identifier
+    session_id: Identifier
+    role: Role
+    text: Text
+    event_id: Identifier | None = None
+    ts: Timestamp | None = None
+    metadata: EventMetadata = EventMetadata()
+
+
+class AddEventsRequest(Model):
+    events: list[EventIn] = Field(min_length=1, max_length=MAX_BATCH_EVENTS)
+
+
+class AddEventsResponse(Model):
+    accepted: int
+    event_ids: list[str]
