@@ -1,0 +1,9 @@
+"""The science of memstream, pure: clustering (CLAG), recurrence detection (RecMem), text signals.
+
+This package owns every decision the pipeline makes about memories: which cluster a turn joins,
+when a topic or entity has recurred enough to pay for consolidation, which turns carry
+information, and which entities (orders, emails, phones, dates, products, parcels) a turn names.
+It imports only the standard library, numpy and the ``schemas`` contracts: no I/O, no clock
+reads (time is always an argument), and every function is deterministic, so a replay of the
+event log rebuilds exactly the same state.
+"""

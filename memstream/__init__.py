@@ -1,0 +1,1 @@
+"""memstream: long-term memory for LLM chat agents, built as an event-streaming pipeline."""

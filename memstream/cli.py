@@ -1,0 +1,160 @@
+"""The ``memstream`` command line. Settings come from MEMSTREAM_* variables (see settings.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from memstream.settings import DEMO_API_KEY, Settings
+from memstream.wiring import ALL_ROLES, Role
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+schemas_cli = typer.Typer(no_args_is_help=True, help="JSON Schema of every topic and RPC body.")
+cli.add_typer(schemas_cli, name="schemas")
+console = Console()
+
+Port = Annotated[int | None, typer.Option(help="RPC port (default: settings, 8080).")]
+
+
+def _settings(port: int | None = None) -> Settings:
+    settings = Settings()
+    if port is not None:
+        settings = settings.model_copy(
+            update={"rpc": settings.rpc.model_copy(update={"port": port})}
+        )
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    return settings
+
+
+def _run(settings: Settings, roles: frozenset[Role], job: object = None) -> None:
+    from memstream.runtime import run_process
+
+    raise typer.Exit(run_process(settings, roles, job=job))  # type: ignore[arg-type]
+
+
+@cli.command()
+def up(
+    port: Port = None,
+    replay: Annotated[
+        Path | None, typer.Option(help="Replay this JSONL file once started.")
+    ] = None,
+) -> None:
+    """Start the embedded stack and every role in this process; serve until Ctrl-C."""
+    settings = _settings(port)
+
+    async def announce(running: object) -> int:
+        from memstream.demo import replay_sample
+        from memstream.runtime import RunningProcess
+
+        assert isinstance(running, RunningProcess)
+        await running.api_ready.wait()
+        if replay is not None:
+            await replay_sample(running, replay)
+        url = f"http://{settings.rpc.host}:{settings.rpc.port}"
+        console.print(
+            f"\n[bold green]memstream is serving on {url}[/] (Ctrl-C stops it)\n"
+            f"  curl -s {url}/v1/retrieve -H 'Authorization: Bearer {DEMO_API_KEY}' "
+            "-H 'Content-Type: application/json' \\\n"
+            '    -d \'{"user_id": "cust-ana", "query": "What is the status of order A-10293?"}\'\n'
+            f"  metrics: {url}/metrics   docs: {url}/docs"
+        )
+        await asyncio.Event().wait()  # serve until the worker is stopped
+        return 0
+
+    _run(settings, ALL_ROLES, announce)
+
+
+@cli.command()
+def demo(port: Port = None) -> None:
+    """Start everything, replay the bundled sample, ask the example questions, stop."""
+    from memstream.demo import run_demo
+
+    _run(_settings(port), ALL_ROLES, run_demo)
+
+
+@cli.command()
+def worker() -> None:
+    """Stream processors (encode, memorize) against the configured broker and Redis."""
+    _run(_settings(), frozenset({"process"}))
+
+
+@cli.command()
+def consolidator() -> None:
+    """Consolidation workers against the configured broker, Redis and Qdrant."""
+    _run(_settings(), frozenset({"consolidate"}))
+
+
+@cli.command()
+def serve(port: Port = None) -> None:
+    """The retrieval API alone (needs an external broker, Redis and Qdrant server)."""
+    from memstream.runtime import serve_standalone
+
+    asyncio.run(serve_standalone(_settings(port)))
+
+
+@cli.command()
+def replay(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL of events.")],
+    broker: Annotated[
+        str | None, typer.Option(help="kafka://host:port (default: settings).")
+    ] = None,
+) -> None:
+    """Publish a JSONL file of InteractionEvents to memstream.events, with a progress bar."""
+    from memstream.replay import replay_file
+
+    settings = _settings()
+    url = broker or settings.kafka.broker
+    if not url:
+        raise typer.BadParameter("no broker: pass --broker or set MEMSTREAM_KAFKA__BROKER")
+    sent = asyncio.run(replay_file(file, url, settings.topic("events")))
+    console.print(f"sent {sent} events to {settings.topic('events')}")
+
+
+@cli.command()
+def search(
+    user: Annotated[str, typer.Argument(help="User id.")],
+    query: Annotated[str, typer.Argument(help="What the bot wants to know.")],
+    url: Annotated[str, typer.Option(help="RPC base URL.")] = "http://127.0.0.1:8080",
+    api_key: Annotated[str, typer.Option(envvar="MEMSTREAM_API_KEY")] = DEMO_API_KEY,
+    budget: Annotated[int, typer.Option(help="Context budget in tokens.")] = 512,
+) -> None:
+    """Ask a running memstream for a user's memories and print the assembled context."""
+    from rpc.client import MemoryClient
+
+    with MemoryClient(url, api_key) as client:
+        answer = client.retrieve(user, query, budget_tokens=budget)
+    for item in answer.items:
+        console.print(f"[bold]{item.kind}[/] {item.score:.3f} {item.text}")
+    header = f"context ({answer.context_tokens} tokens, {answer.took_ms} ms)"
+    console.print(f"\n[dim]{header}:[/]\n{answer.context}")
+
+
+@schemas_cli.command("export")
+def export_schemas(
+    out: Annotated[Path, typer.Argument(help="Folder for the JSON Schema files.")] = Path(
+        "schemas/json"
+    ),
+) -> None:
+    """Write one JSON Schema file per topic value and RPC body (for bots in other languages)."""
+    import schemas
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in schemas.__all__:
+        model = getattr(schemas, name)
+        if isinstance(model, type) and hasattr(model, "model_json_schema"):
+            (out / f"{name}.json").write_text(
+                json.dumps(model.model_json_schema(), indent=2) + "\n"
+            )
+            console.print(f"wrote {out / (name + '.json')}")
+
+
+def main() -> None:
+    cli()

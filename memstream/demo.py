@@ -1,0 +1,81 @@
+"""``memstream demo``: replay the bundled sample, ask the example questions, print the answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from memstream.replay import replay_file, wait_until_settled
+from memstream.runtime import RunningProcess
+from memstream.settings import DEMO_API_KEY
+from rpc.client import MemoryClient
+from schemas import RetrieveResponse
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SAMPLE_STREAM = EXAMPLES / "sample_stream.jsonl"
+DEMO_QUESTIONS = EXAMPLES / "demo_questions.json"
+
+console = Console()
+
+
+async def replay_sample(running: RunningProcess, path: Path = SAMPLE_STREAM) -> int:
+    await running.api_ready.wait()
+    started = time.perf_counter()
+    sent = await replay_file(path, running.stack.broker_url, running.settings.topic("events"))
+    settled = await wait_until_settled(running.deps.metrics, sent)
+    took = time.perf_counter() - started
+    console.print(
+        f"replayed {sent} events in {took:.1f}s ({sent / took:.0f} events/s end to end)"
+        + ("" if settled else " — still settling, continuing anyway")
+    )
+    return sent
+
+
+def _show(question: str, answer: RetrieveResponse) -> None:
+    table = Table(show_header=True, header_style="bold", expand=True)
+    table.add_column("kind", width=7)
+    table.add_column("score", width=6)
+    table.add_column("text", ratio=4)
+    table.add_column("source events", ratio=2)
+    for item in answer.items[:5]:
+        table.add_row(
+            item.kind, f"{item.score:.2f}", item.text[:300], ", ".join(item.source_event_ids[:6])
+        )
+    console.print(Panel(table, title=f"[bold]{question}[/] ({answer.took_ms:.1f} ms)"))
+
+
+async def run_demo(running: RunningProcess) -> int:
+    await replay_sample(running)
+    questions = json.loads(DEMO_QUESTIONS.read_text())
+    url = f"http://{running.settings.rpc.host}:{running.settings.rpc.port}"
+    ok = True
+    with MemoryClient(url, DEMO_API_KEY) as client:
+        for i, q in enumerate(questions):
+            answer = await asyncio.to_thread(client.retrieve, q["user_id"], q["question"])
+            _show(q["question"], answer)
+            if i == 0:
+                ok = _check_recurring_order(answer, set(q["expect_event_ids"]))
+        first = questions[0]
+        answer = await asyncio.to_thread(client.retrieve, first["user_id"], first["question"])
+        console.print(Panel(answer.context, title="context handed to the bot (first question)"))
+    return 0 if ok else 1
+
+
+def _check_recurring_order(answer: RetrieveResponse, expected: set[str]) -> bool:
+    memories = [i for i in answer.items if i.kind == "memory"]
+    if not memories:
+        console.print("[red]no consolidated memory answered the recurring-order question[/]")
+        return False
+    sources = set(memories[0].source_event_ids)
+    covered = len(sources & expected)
+    console.print(
+        f"[green]consolidated memory[/] {memories[0].id} rests on {len(sources)} source events, "
+        f"{covered} of the {len(expected)} turns about the order"
+    )
+    return covered > 0

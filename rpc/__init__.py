@@ -1,0 +1,1 @@
+"""The retrieval service (HTTP/JSON, OpenAPI) and the small client bots import."""

@@ -1,0 +1,64 @@
+"""Running the API: standalone (``memstream serve``) or inside a faust worker (``memstream up``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from memstream.metrics import Metrics
+from memstream.settings import Settings
+from rpc.publisher import EventPublisher
+from rpc.retrieval import QueryEncoder, Retriever
+from rpc.server import ApiDeps, create_api
+from stores.encoder import OnnxEncoder
+from stores.longterm import LongTermStore
+from stores.redis_state import RedisState
+
+
+class GuestServer(uvicorn.Server):
+    """uvicorn in a process whose signals belong to its host (the faust worker)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def start_api(
+    settings: Settings,
+    *,
+    broker_url: str,
+    encoder: OnnxEncoder,
+    state: RedisState,
+    longterm: LongTermStore,
+    metrics: Metrics,
+) -> tuple[FastAPI, EventPublisher]:
+    """Build the API with started clients; the caller closes the returned publisher."""
+    publisher = EventPublisher(broker_url)
+    await publisher.start()
+    await longterm.ensure_collection(encoder.dim)
+    retriever = Retriever(
+        queries=QueryEncoder(encoder),
+        state=state,
+        longterm=longterm,
+        metrics=metrics,
+        short_term_candidates=settings.rpc.short_term_candidates,
+    )
+    api = create_api(
+        ApiDeps(settings=settings, retriever=retriever, publisher=publisher, metrics=metrics)
+    )
+    return api, publisher
+
+
+def make_server(api: FastAPI, settings: Settings, *, guest: bool) -> uvicorn.Server:
+    config = uvicorn.Config(
+        api,
+        host=settings.rpc.host,
+        port=settings.rpc.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    return GuestServer(config) if guest else uvicorn.Server(config)

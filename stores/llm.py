@@ -1,0 +1,267 @@
+"""Consolidation backends: the offline extractive default and any OpenAI-compatible server.
+
+Both sit behind ``Consolidator``. The workers pick one with ``consolidator_from_settings``
+and then only call ``consolidate``; the merge into the stored memory (supersession,
+history, idempotency) is ``memory.consolidation.merge_memory``'s job, whoever wrote the
+content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import httpx
+from pydantic import ValidationError
+
+from memory.consolidation import consolidate_extractive
+from memstream.settings import LLMSettings
+from schemas import ConsolidatedMemory, MemoryContent, StoredTurn
+
+
+class LLMError(RuntimeError):
+    """The model server gave no usable answer after every retry (or refused the request)."""
+
+
+@dataclass
+class LLMUsage:
+    """Running totals for metrics: HTTP calls made, tokens the server reported, failed calls."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0
+
+
+class Consolidator(Protocol):
+    """Writes one structured memory for one key from its raw turns.
+
+    Contract:
+    - ``consolidate(key, turns, existing, now)`` returns a ``MemoryContent`` describing the
+      key as of ``now``, built only from ``turns`` (oldest first is not assumed) and, when
+      given, the ``existing`` memory it updates. The newest status wins. It never writes
+      anything anywhere; the caller merges the result with ``merge_memory``.
+    - It raises ``LLMError`` when it cannot produce content (a model server that stays
+      down); it never returns partial or unvalidated content.
+    - ``usage`` counts model calls and tokens (all zero for backends without a model).
+    - ``close()`` releases connections; the consolidator is not used after it.
+    - ``name`` is a short, constant label for logs and metrics.
+    """
+
+    name: str
+    usage: LLMUsage
+
+    async def consolidate(
+        self,
+        key: str,
+        turns: Sequence[StoredTurn],
+        existing: ConsolidatedMemory | None,
+        now: datetime,
+    ) -> MemoryContent: ...
+
+    async def close(self) -> None: ...
+
+
+class ExtractiveConsolidator:
+    """The offline default: ``memory.consolidation.consolidate_extractive``, no model server.
+
+    The existing memory is not needed here: ``merge_memory`` folds the result into it.
+    """
+
+    name = "extractive"
+
+    def __init__(self) -> None:
+        self.usage = LLMUsage()
+
+    async def consolidate(
+        self,
+        key: str,
+        turns: Sequence[StoredTurn],
+        existing: ConsolidatedMemory | None,
+        now: datetime,
+    ) -> MemoryContent:
+        return consolidate_extractive(key, turns, now)
+
+    async def close(self) -> None:
+        return None
+
+
+SYSTEM_PROMPT = """\
+You maintain the long-term memory of a customer-service assistant. You receive the raw \
+conversation turns about one topic or entity (and the current memory of it, if any) and \
+answer with ONE updated memory as JSON that matches the given schema.
+Rules:
+- Use only facts stated in the turns or the current memory. Never invent names, numbers, \
+dates or promises.
+- The newest turn wins: when a newer turn changes a status or a value, keep the newer one.
+- title: at most 10 words. status: the current state in one short sentence.
+- facts: at most 8 short sentences, each with the ids of the turns it comes from \
+(source_event_ids) and their time (ts); set attribute for state-like facts \
+("status", "delivery_date", "preference:<topic>", "address").
+- timeline: one entry per turn that changed something, with its ts and event_id.
+- open_actions: promises not yet kept, with due (ISO 8601) when a deadline is stated.
+- keys: order numbers, emails, phone numbers, product names and other exact identifiers.
+- summary: one or two sentences.
+Answer with the JSON object only."""
+
+_FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def memory_json_schema() -> dict[str, Any]:
+    """``MemoryContent``'s JSON schema in the form strict structured output accepts.
+
+    Strict mode (OpenAI, vLLM, llama.cpp) wants every property listed as required and no
+    ``default`` keywords; optional fields stay nullable, so the content is unchanged.
+    """
+    schema = MemoryContent.model_json_schema()
+
+    def tighten(node: Any) -> None:
+        if isinstance(node, dict):
+            node.pop("default", None)
+            if node.get("type") == "object" and "properties" in node:
+                node["required"] = list(node["properties"])
+                node["additionalProperties"] = False
+            for value in node.values():
+                tighten(value)
+        elif isinstance(node, list):
+            for value in node:
+                tighten(value)
+
+    tighten(schema)
+    return schema
+
+
+def build_messages(
+    key: str, turns: Sequence[StoredTurn], existing: ConsolidatedMemory | None, now: datetime
+) -> list[dict[str, str]]:
+    """The chat messages: rules as system, key + current memory + turns as user."""
+    parts = [f"Memory key: {key}", f"Current time: {now.isoformat()}"]
+    if existing is not None:
+        current = existing.model_dump_json(include=set(MemoryContent.model_fields))
+        parts.append(f"Current memory (update it, do not repeat it twice):\n{current}")
+    lines = [
+        f"[{t.ts.isoformat()}] {t.speaker or t.role}: {' '.join(t.text.split())} ({t.event_id})"
+        for t in sorted(turns, key=lambda t: (t.ts, t.event_id))
+    ]
+    parts.append("Turns (oldest first):\n" + "\n".join(lines))
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
+
+
+def parse_content(text: str) -> MemoryContent:
+    """The model's answer as ``MemoryContent``; tolerates a ```json fence around it.
+
+    Naive timestamps are read as UTC, so they compare with the stored (aware) ones.
+    Raises ``ValueError`` (``ValidationError`` is one) when it is not a valid memory.
+    """
+    if m := _FENCE.match(text):
+        text = m.group(1)
+    content = MemoryContent.model_validate(json.loads(text))
+    return MemoryContent.model_validate(_aware(content.model_dump()))
+
+
+class OpenAICompatibleConsolidator:
+    """Any OpenAI-compatible ``/chat/completions`` server with JSON-schema output.
+
+    One pooled ``httpx.AsyncClient`` per consolidator. A call is retried, with exponential
+    backoff (``backoff_s``, doubled per retry), on connection errors and timeouts, HTTP 408,
+    429 and 5xx, and answers that are not a valid memory; after ``max_retries`` retries it
+    raises ``LLMError``. Other HTTP errors (a bad request, a wrong key) fail at once.
+    """
+
+    name = "openai"
+
+    def __init__(self, settings: LLMSettings, *, backoff_s: float = 0.5) -> None:
+        headers = {"Content-Type": "application/json"}
+        if settings.api_key is not None:
+            headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
+        self.model = settings.model
+        self.max_retries = max(settings.max_retries, 0)
+        self.backoff_s = backoff_s
+        self.usage = LLMUsage()
+        self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(settings.timeout_s))
+        self._schema = memory_json_schema()
+
+    async def consolidate(
+        self,
+        key: str,
+        turns: Sequence[StoredTurn],
+        existing: ConsolidatedMemory | None,
+        now: datetime,
+    ) -> MemoryContent:
+        body = {
+            "model": self.model,
+            "messages": build_messages(key, turns, existing, now),
+            "temperature": 0,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "memory", "schema": self._schema, "strict": True},
+            },
+        }
+        last_error = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                return await self._attempt(body)
+            except _Retryable as exc:
+                self.usage.errors += 1
+                last_error = str(exc)
+        raise LLMError(
+            f"{self._url}: no valid memory after {self.max_retries + 1} tries: {last_error}"
+        )
+
+    async def _attempt(self, body: dict[str, Any]) -> MemoryContent:
+        self.usage.calls += 1
+        try:
+            response = await self._client.post(self._url, json=body)
+        except httpx.TransportError as exc:  # connect, read, write, pool errors and timeouts
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 or response.status_code in (408, 429):
+            raise _Retryable(f"HTTP {response.status_code}")
+        if response.is_error:
+            self.usage.errors += 1
+            raise LLMError(f"{self._url}: HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            payload = response.json()
+            usage = payload.get("usage") or {}
+            self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+            return parse_content(payload["choices"][0]["message"]["content"])
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            # json.JSONDecodeError and pydantic.ValidationError are ValueErrors
+            kind = "invalid memory" if isinstance(exc, ValidationError) else "invalid answer"
+            raise _Retryable(f"{kind}: {exc}"[:300]) from exc
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class _Retryable(Exception):
+    """One failed attempt that a retry may fix."""
+
+
+def consolidator_from_settings(settings: LLMSettings) -> Consolidator:
+    """``backend="extractive"`` (default, offline) or ``"openai"`` (any compatible server)."""
+    if settings.backend == "openai":
+        return OpenAICompatibleConsolidator(settings)
+    return ExtractiveConsolidator()
+
+
+def _aware(value: Any) -> Any:
+    """Every naive datetime inside ``value`` (dicts and lists) read as UTC."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if isinstance(value, dict):
+        return {k: _aware(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_aware(v) for v in value]
+    return value

@@ -1,0 +1,178 @@
+"""Long-term memory store: the `LongTermStore` Protocol, the helpers both backends share,
+and `open_longterm`, which picks a backend from settings.
+
+Backends: `stores.qdrant_edge_store` (Qdrant Edge in-process, the embedded default) and
+`stores.qdrant_client_store` (qdrant-client against a server, or its `:memory:` local
+mode). Both store the same thing: one point per memory, id = `memory_id`, the memory's
+JSON dump as payload, payload indexes on `PAYLOAD_INDEXES`. `tests/integration/
+test_longterm_contract.py` runs one contract suite against both and compares them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from memstream.settings import QdrantSettings
+from schemas.memories import ConsolidatedMemory
+
+# Fixed for the life of the project: changing it would orphan every stored memory id.
+MEMORY_ID_NAMESPACE = uuid.UUID("466e5047-0907-4f05-9bdc-ef5ba26a895a")
+
+# Payload fields with a keyword index; the bool marks the tenant (partitioning) field.
+PAYLOAD_INDEXES: tuple[tuple[str, bool], ...] = (
+    ("tenant_id", True),
+    ("user_id", False),
+    ("key", False),
+    ("keys", False),
+)
+
+
+def memory_point_id(tenant_id: str, user_id: str, key: str) -> str:
+    """The deterministic id of a user's memory for `key`: re-consolidating updates, never adds."""
+    return str(uuid.uuid5(MEMORY_ID_NAMESPACE, f"{tenant_id}:{user_id}:{key}"))
+
+
+@dataclass(frozen=True)
+class ScoredMemory:
+    memory: ConsolidatedMemory
+    score: float  # cosine similarity in [-1, 1], higher is better
+
+
+@runtime_checkable
+class LongTermStore(Protocol):
+    """Consolidated long-term memories, one point per memory in one collection.
+
+    Contract, identical for every backend:
+
+    - Every read is filtered by tenant AND user: no call ever returns (or counts, or
+      deletes) another user's or another tenant's memory, even given its id.
+    - `upsert` is idempotent by `memory_id` (a canonical UUID string, normally
+      `memory_point_id(tenant, user, key)`): the same id again replaces the memory,
+      never duplicates it; within one batch the last occurrence wins.
+    - Vectors are unit-norm float32 of the `dim` given to `ensure_collection`; a vector of
+      another size is a `ValueError`.
+    - Search scores are cosine similarity, higher is better, on the same scale in every
+      backend.
+    - `ensure_collection` creates the collection or checks an existing one (a different
+      `dim` is a `ValueError`); it is idempotent. Reads before the collection exists see
+      an empty store; writes before `ensure_collection` (on a store that does not exist
+      yet) raise `RuntimeError`.
+    - `list_user` and `find_by_keys` return memories in point-id order; `list_user`
+      pages with an opaque string offset, None after the last page.
+    """
+
+    async def ensure_collection(self, dim: int) -> None: ...
+
+    async def upsert(self, memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]]) -> None: ...
+
+    async def get(
+        self, tenant_id: str, user_id: str, memory_id: str
+    ) -> ConsolidatedMemory | None: ...
+
+    async def get_many(
+        self, tenant_id: str, user_id: str, memory_ids: Sequence[str]
+    ) -> list[ConsolidatedMemory]:
+        """The memories found, in the order asked, missing or foreign ids skipped."""
+        ...
+
+    async def search(
+        self, tenant_id: str, user_id: str, vector: np.ndarray, limit: int
+    ) -> list[ScoredMemory]: ...
+
+    async def find_by_keys(
+        self, tenant_id: str, user_id: str, keys: Sequence[str], limit: int
+    ) -> list[ConsolidatedMemory]:
+        """Memories whose payload `keys` contains any of `keys` (exact keyword match)."""
+        ...
+
+    async def list_user(
+        self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]: ...
+
+    async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int: ...
+
+    async def delete_user(self, tenant_id: str, user_id: str) -> int:
+        """Delete every memory of one user; returns how many there were."""
+        ...
+
+    async def ping(self) -> bool:
+        """True when the backend answers and the collection is usable."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# --- helpers shared by the backends -------------------------------------------------
+
+
+def canonical_id(memory_id: str) -> str | None:
+    """`memory_id` if it is a canonical UUID string (Qdrant's point id form), else None."""
+    try:
+        canonical = str(uuid.UUID(memory_id))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return canonical if canonical == memory_id else None
+
+
+def as_vector(vector: np.ndarray, dim: int | None) -> list[float]:
+    """A 1-d finite float32 vector of `dim` (when known) as the list both clients take."""
+    array = np.asarray(vector, dtype=np.float32)
+    if array.ndim != 1 or (dim is not None and array.shape[0] != dim):
+        raise ValueError(f"expected a vector of shape ({dim},), got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("vector has non-finite values")
+    result: list[float] = array.tolist()
+    return result
+
+
+def prepare_points(
+    memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]], dim: int | None
+) -> list[tuple[str, list[float], dict[str, Any]]]:
+    """Validated (id, vector, payload) triples, one per memory id, the last occurrence winning.
+
+    Deduplicating here keeps "last wins" true for both backends: what a single batch with
+    a repeated id does is not something either engine documents.
+    """
+    by_id: dict[str, tuple[str, list[float], dict[str, Any]]] = {}
+    for memory, vector in memories:
+        if canonical_id(memory.memory_id) is None:
+            raise ValueError(f"memory_id must be a canonical UUID string: {memory.memory_id!r}")
+        by_id.pop(memory.memory_id, None)  # re-insert so batch order follows the last write
+        by_id[memory.memory_id] = (memory.memory_id, as_vector(vector, dim), to_payload(memory))
+    return list(by_id.values())
+
+
+def to_payload(memory: ConsolidatedMemory) -> dict[str, Any]:
+    return memory.model_dump(mode="json")
+
+
+def from_payload(payload: dict[str, Any] | None) -> ConsolidatedMemory:
+    return ConsolidatedMemory.model_validate(payload or {})
+
+
+def owned_by(payload: dict[str, Any] | None, tenant_id: str, user_id: str) -> bool:
+    """Reads by id bypass filters, so the owner is checked on the payload itself."""
+    return (
+        payload is not None
+        and payload.get("tenant_id") == tenant_id
+        and payload.get("user_id") == user_id
+    )
+
+
+def open_longterm(settings: QdrantSettings, data_dir: Path) -> LongTermStore:
+    """The configured backend; nothing is opened until the first call on it."""
+    # Imported here so a process only loads the engine it uses.
+    if settings.backend == "edge":
+        from stores.qdrant_edge_store import QdrantEdgeStore
+
+        return QdrantEdgeStore(Path(data_dir) / "qdrant" / settings.collection)
+    from stores.qdrant_client_store import QdrantClientStore
+
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    return QdrantClientStore(settings.url, settings.collection, api_key=api_key)

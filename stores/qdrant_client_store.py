@@ -1,0 +1,236 @@
+"""qdrant-client backend of `LongTermStore`: a Qdrant server or cluster, or local mode.
+
+This module owns the collection on the server: creating it (cosine vectors, payload
+indexes, multitenant HNSW settings), checking an existing one, and mapping the contract's
+calls onto `AsyncQdrantClient`. `url=":memory:"` runs qdrant-client's in-process local
+mode (tests, quick experiments): same API, brute-force search, no payload indexes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from qdrant_client import AsyncQdrantClient, models
+
+from schemas.memories import ConsolidatedMemory
+from stores.longterm import (
+    PAYLOAD_INDEXES,
+    ScoredMemory,
+    as_vector,
+    canonical_id,
+    from_payload,
+    owned_by,
+    prepare_points,
+)
+
+LOCAL = ":memory:"
+_LOCAL_INDEX_WARNING = "Payload indexes have no effect in the local Qdrant"
+
+
+def _owner_filter(tenant_id: str | None, user_id: str | None) -> list[models.Condition]:
+    conditions: list[models.Condition] = []
+    for field, value in (("tenant_id", tenant_id), ("user_id", user_id)):
+        if value is not None:
+            conditions.append(
+                models.FieldCondition(key=field, match=models.MatchValue(value=value))
+            )
+    return conditions
+
+
+class QdrantClientStore:
+    """`LongTermStore` on one collection reached through `AsyncQdrantClient`."""
+
+    def __init__(
+        self, url: str, collection: str, *, api_key: str | None = None, batch_size: int = 256
+    ) -> None:
+        if not url:
+            raise ValueError('the qdrant client backend needs a url (or ":memory:")')
+        self.collection = collection
+        self.local = url == LOCAL
+        self._client = (
+            AsyncQdrantClient(location=LOCAL)
+            if self.local
+            else AsyncQdrantClient(url=url, api_key=api_key)
+        )
+        self._batch_size = batch_size
+        self._dim: int | None = None
+        self._exists = False  # cached once seen: collections are never dropped under us
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def ensure_collection(self, dim: int) -> None:
+        if not await self._ready():
+            try:
+                await self._client.create_collection(
+                    self.collection,
+                    vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
+                    # Qdrant's multitenancy setup: no global graph, one graph per tenant.
+                    hnsw_config=models.HnswConfigDiff(m=0, payload_m=16),
+                )
+            except Exception:
+                # Another process may have created it first; anything else re-raises.
+                if not await self._client.collection_exists(self.collection):
+                    raise
+            self._exists = True
+        stored = await self._stored_dim()
+        if stored != dim:
+            raise ValueError(f"collection {self.collection} holds vectors of {stored}, not {dim}")
+        self._dim = dim
+        await self._ensure_indexes()
+
+    async def ping(self) -> bool:
+        try:
+            return await self._ready()
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # --- writes --------------------------------------------------------------------
+
+    async def upsert(self, memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]]) -> None:
+        if not await self._ready():
+            raise RuntimeError("call ensure_collection(dim) before writing to a new store")
+        if self._dim is None:
+            self._dim = await self._stored_dim()
+        points = prepare_points(memories, self._dim)
+        for start in range(0, len(points), self._batch_size):
+            batch = points[start : start + self._batch_size]
+            await self._client.upsert(
+                self.collection,
+                [models.PointStruct(id=i, vector=v, payload=p) for i, v, p in batch],
+                wait=True,
+            )
+
+    async def delete_user(self, tenant_id: str, user_id: str) -> int:
+        if not await self._ready():
+            return 0
+        owner = models.Filter(must=_owner_filter(tenant_id, user_id))
+        found = (await self._client.count(self.collection, count_filter=owner, exact=True)).count
+        if found:
+            await self._client.delete(
+                self.collection, points_selector=models.FilterSelector(filter=owner), wait=True
+            )
+        return found
+
+    # --- reads ---------------------------------------------------------------------
+
+    async def get(self, tenant_id: str, user_id: str, memory_id: str) -> ConsolidatedMemory | None:
+        found = await self.get_many(tenant_id, user_id, [memory_id])
+        return found[0] if found else None
+
+    async def get_many(
+        self, tenant_id: str, user_id: str, memory_ids: Sequence[str]
+    ) -> list[ConsolidatedMemory]:
+        ids = list(dict.fromkeys(i for i in memory_ids if canonical_id(i) is not None))
+        if not ids or not await self._ready():
+            return []
+        records = await self._client.retrieve(
+            self.collection, ids, with_payload=True, with_vectors=False
+        )
+        payloads = {str(r.id): r.payload for r in records}
+        return [
+            from_payload(payloads[i])
+            for i in ids
+            if i in payloads and owned_by(payloads[i], tenant_id, user_id)
+        ]
+
+    async def search(
+        self, tenant_id: str, user_id: str, vector: np.ndarray, limit: int
+    ) -> list[ScoredMemory]:
+        query = as_vector(vector, self._dim)
+        if limit <= 0 or not await self._ready():
+            return []
+        response = await self._client.query_points(
+            self.collection,
+            query=query,
+            query_filter=models.Filter(must=_owner_filter(tenant_id, user_id)),
+            limit=limit,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [ScoredMemory(from_payload(p.payload), float(p.score)) for p in response.points]
+
+    async def find_by_keys(
+        self, tenant_id: str, user_id: str, keys: Sequence[str], limit: int
+    ) -> list[ConsolidatedMemory]:
+        if not keys or limit <= 0 or not await self._ready():
+            return []
+        conditions = _owner_filter(tenant_id, user_id)
+        conditions.append(
+            models.FieldCondition(key="keys", match=models.MatchAny(any=list(dict.fromkeys(keys))))
+        )
+        records, _ = await self._client.scroll(
+            self.collection,
+            scroll_filter=models.Filter(must=conditions),
+            limit=limit,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [from_payload(r.payload) for r in records]
+
+    async def list_user(
+        self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        if limit <= 0:
+            raise ValueError("limit must be positive")
+        if offset is not None and canonical_id(offset) is None:
+            raise ValueError(f"not an offset from list_user: {offset!r}")
+        if not await self._ready():
+            return [], None
+        records, next_id = await self._client.scroll(
+            self.collection,
+            scroll_filter=models.Filter(must=_owner_filter(tenant_id, user_id)),
+            limit=limit,
+            offset=offset,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+
+    async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
+        if not await self._ready():
+            return 0
+        conditions = _owner_filter(tenant_id, user_id)
+        result = await self._client.count(
+            self.collection,
+            count_filter=models.Filter(must=conditions) if conditions else None,
+            exact=True,
+        )
+        return result.count
+
+    # --- internals -----------------------------------------------------------------
+
+    async def _ready(self) -> bool:
+        if not self._exists:
+            self._exists = await self._client.collection_exists(self.collection)
+        return self._exists
+
+    async def _stored_dim(self) -> int:
+        info = await self._client.get_collection(self.collection)
+        vectors = info.config.params.vectors
+        if not isinstance(vectors, models.VectorParams):
+            raise ValueError(f"collection {self.collection} does not have one unnamed dense vector")
+        return vectors.size
+
+    async def _ensure_indexes(self) -> None:
+        info = await self._client.get_collection(self.collection)
+        for field, is_tenant in PAYLOAD_INDEXES:
+            if field in info.payload_schema:
+                continue
+            schema = models.KeywordIndexParams(
+                type=models.KeywordIndexType.KEYWORD,
+                is_tenant=is_tenant,
+                # Graphs per value only pay off for the tenant field; keys are exact lookups.
+                enable_hnsw=is_tenant,
+            )
+            with warnings.catch_warnings():
+                # Local mode warns that indexes are no-ops there; that is expected, not news.
+                if self.local:
+                    warnings.filterwarnings(
+                        "ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning
+                    )
+                await self._client.create_payload_index(self.collection, field, schema, wait=True)

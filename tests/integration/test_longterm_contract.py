@@ -1,0 +1,403 @@
+"""The `LongTermStore` contract, run against both backends, and the two compared.
+
+Every test taking `store` runs once on Qdrant Edge (in a tmp dir) and once on qdrant-client
+in `:memory:` local mode. `test_backends_agree` loads the same data into both and checks
+they answer alike, so neither engine drifts from the other unnoticed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memstream.settings import QdrantSettings
+from schemas.memories import ConsolidatedMemory, Fact, HistoryEntry, TimelineEntry
+from stores.longterm import LongTermStore, memory_point_id, open_longterm
+from stores.qdrant_edge_store import QdrantEdgeStore
+
+DIM = 16
+BACKENDS = ["edge", "client"]
+TENANTS = ["acme", "globex", "initech"]
+USERS = ["u1", "u2", "u3"]
+PER_USER = 7
+SHARED_KEY = "entity:order:A-10293"  # every user has a memory with it: isolation bait
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+Seeded = dict[tuple[str, str], list[tuple[ConsolidatedMemory, np.ndarray]]]
+
+
+def memory_factory(
+    tenant_id: str = "acme",
+    user_id: str = "u1",
+    key: str = "topic:shipping",
+    *,
+    title: str = "Shipping",
+    keys: list[str] | None = None,
+    version: int = 1,
+) -> ConsolidatedMemory:
+    return ConsolidatedMemory(
+        memory_id=memory_point_id(tenant_id, user_id, key),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        key=key,
+        title=title,
+        facts=[Fact(text=f"{title} fact", attribute="status", source_event_ids=["e1"], ts=T0)],
+        status="open",
+        timeline=[TimelineEntry(ts=T0, text="asked", event_id="e1")],
+        keys=keys if keys is not None else [key],
+        summary=f"{title} summary v{version}",
+        created_at=T0,
+        updated_at=T0 + timedelta(minutes=version),
+        source_event_ids=["e1"],
+        history=[HistoryEntry(attribute="status", value="new", superseded_at=T0)],
+        version=version,
+    )
+
+
+def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    x = rng.standard_normal((n, DIM)).astype(np.float32)
+    normed: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return normed
+
+
+def open_backend(backend: str, data_dir: Path) -> LongTermStore:
+    settings = (
+        QdrantSettings(backend="edge")
+        if backend == "edge"
+        else QdrantSettings(backend="client", url=":memory:")
+    )
+    return open_longterm(settings, data_dir)
+
+
+@pytest.fixture
+async def store_factory(tmp_path: Path) -> AsyncIterator[Callable[[str], LongTermStore]]:
+    """Opens stores (each in its own directory) and closes every one after the test."""
+    made: list[LongTermStore] = []
+
+    def make(backend: str) -> LongTermStore:
+        opened = open_backend(backend, tmp_path / f"{backend}-{len(made)}")
+        made.append(opened)
+        return opened
+
+    yield make
+    for opened in made:
+        await opened.close()
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(
+    request: pytest.FixtureRequest, store_factory: Callable[[str], LongTermStore]
+) -> LongTermStore:
+    opened = store_factory(request.param)
+    await opened.ensure_collection(DIM)
+    return opened
+
+
+async def seed(store: LongTermStore, rng_seed: int = 7) -> Seeded:
+    """3 tenants x 3 users x PER_USER memories, the same ones for the same seed."""
+    rng = np.random.default_rng(rng_seed)
+    seeded: Seeded = {}
+    for tenant in TENANTS:
+        for user in USERS:
+            vectors = unit_vectors(rng, PER_USER)
+            seeded[(tenant, user)] = [
+                (
+                    memory_factory(
+                        tenant,
+                        user,
+                        f"topic:{i}",
+                        title=f"{tenant}/{user} #{i}",
+                        keys=[f"topic:{i}", SHARED_KEY] if i == 0 else [f"topic:{i}"],
+                    ),
+                    vectors[i],
+                )
+                for i in range(PER_USER)
+            ]
+    await store.upsert([pair for pairs in seeded.values() for pair in pairs])
+    return seeded
+
+
+def test_memory_point_id_is_deterministic_uuid5() -> None:
+    a = memory_point_id("acme", "u1", "topic:x")
+    assert a == memory_point_id("acme", "u1", "topic:x")
+    assert uuid.UUID(a).version == 5
+    assert str(uuid.UUID(a)) == a
+    others = {
+        memory_point_id("acme", "u2", "topic:x"),
+        memory_point_id("globex", "u1", "topic:x"),
+        memory_point_id("acme", "u1", "topic:y"),
+    }
+    assert a not in others
+    assert len(others) == 3
+
+
+async def test_store_satisfies_protocol(store: LongTermStore) -> None:
+    assert isinstance(store, LongTermStore)
+    assert await store.ping()
+
+
+async def test_upsert_then_get_round_trips(store: LongTermStore) -> None:
+    memory = memory_factory()
+    await store.upsert([(memory, unit_vectors(np.random.default_rng(1), 1)[0])])
+    assert await store.get("acme", "u1", memory.memory_id) == memory
+    assert await store.get("acme", "u1", memory_point_id("acme", "u1", "nope")) is None
+    assert await store.get("acme", "u1", "not-a-uuid") is None
+
+
+async def test_get_never_crosses_owners(store: LongTermStore) -> None:
+    memory = memory_factory("acme", "u1")
+    await store.upsert([(memory, unit_vectors(np.random.default_rng(1), 1)[0])])
+    assert await store.get("acme", "u2", memory.memory_id) is None
+    assert await store.get("globex", "u1", memory.memory_id) is None
+    assert await store.get_many("acme", "u2", [memory.memory_id]) == []
+
+
+async def test_upsert_same_id_replaces(store: LongTermStore) -> None:
+    vectors = unit_vectors(np.random.default_rng(2), 2)
+    first, second = memory_factory(version=1), memory_factory(title="Shipping v2", version=2)
+    await store.upsert([(first, vectors[0])])
+    await store.upsert([(second, vectors[1])])
+    assert await store.count() == 1
+    assert await store.get("acme", "u1", first.memory_id) == second
+    hits = await store.search("acme", "u1", vectors[1], 5)
+    assert [h.memory for h in hits] == [second]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)  # the second vector won too
+
+
+async def test_upsert_repeated_id_in_one_batch_last_wins(store: LongTermStore) -> None:
+    vectors = unit_vectors(np.random.default_rng(3), 2)
+    first, second = memory_factory(version=1), memory_factory(version=2)
+    await store.upsert([(first, vectors[0]), (second, vectors[1])])
+    assert await store.count() == 1
+    assert await store.get("acme", "u1", first.memory_id) == second
+
+
+async def test_upsert_rejects_bad_input(store: LongTermStore) -> None:
+    vector = unit_vectors(np.random.default_rng(4), 1)[0]
+    with pytest.raises(ValueError, match="shape"):
+        await store.upsert([(memory_factory(), vector[:-1])])
+    with pytest.raises(ValueError, match="UUID"):
+        await store.upsert([(memory_factory().model_copy(update={"memory_id": "k1"}), vector)])
+    with pytest.raises(ValueError, match="non-finite"):
+        await store.upsert([(memory_factory(), np.full(DIM, np.nan, dtype=np.float32))])
+    with pytest.raises(ValueError, match="shape"):
+        await store.search("acme", "u1", vector[:-1], 3)
+    await store.upsert([])
+    assert await store.count() == 0
+
+
+async def test_get_many_keeps_order_and_skips_missing(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    mine = [m for m, _ in seeded[("acme", "u2")]]
+    ids = [
+        mine[3].memory_id,
+        memory_point_id("acme", "u2", "gone"),
+        mine[0].memory_id,
+        seeded[("acme", "u1")][0][0].memory_id,
+        "junk",
+        mine[3].memory_id,
+    ]
+    assert await store.get_many("acme", "u2", ids) == [mine[3], mine[0]]
+    assert await store.get_many("acme", "u2", []) == []
+
+
+async def test_search_is_isolated_by_tenant_and_user(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    for (tenant, user), pairs in seeded.items():
+        own_ids = {m.memory_id for m, _ in pairs}
+        for other, other_pairs in seeded.items():
+            # Even another owner's exact vector only ever finds our own memories.
+            hits = await store.search(tenant, user, other_pairs[0][1], PER_USER + 5)
+            assert len(hits) == PER_USER
+            assert {h.memory.memory_id for h in hits} == own_ids
+            assert all((h.memory.tenant_id, h.memory.user_id) == (tenant, user) for h in hits)
+            if other == (tenant, user):
+                assert hits[0].memory == pairs[0][0]
+                assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_search_scores_are_cosine_similarity(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    pairs = seeded[("globex", "u3")]
+    query = unit_vectors(np.random.default_rng(99), 1)[0]
+    hits = await store.search("globex", "u3", query, 3)
+    expected = sorted(((float(v @ query), m.memory_id) for m, v in pairs), reverse=True)[:3]
+    assert [h.memory.memory_id for h in hits] == [i for _, i in expected]
+    assert [h.score for h in hits] == pytest.approx([s for s, _ in expected], abs=1e-5)
+    # The scale is the similarity itself, not a distance: a non-unit query scores the same.
+    scaled = await store.search("globex", "u3", query * 3.0, 3)
+    assert [h.score for h in scaled] == pytest.approx([h.score for h in hits], abs=1e-5)
+    assert await store.search("globex", "u3", query, 0) == []
+    assert await store.search("globex", "nobody", query, 3) == []
+
+
+async def test_find_by_keys_is_exact_and_isolated(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    mine = {m.key: m for m, _ in seeded[("initech", "u1")]}
+    found = await store.find_by_keys("initech", "u1", [SHARED_KEY], 10)
+    assert found == [mine["topic:0"]]
+    found = await store.find_by_keys("initech", "u1", ["topic:2", "topic:5", "topic:404"], 10)
+    assert sorted(m.key for m in found) == ["topic:2", "topic:5"]
+    assert await store.find_by_keys("initech", "u1", ["topic", "TOPIC:2", "entity:order"], 10) == []
+    assert await store.find_by_keys("initech", "u1", [], 10) == []
+    assert len(await store.find_by_keys("initech", "u1", [f"topic:{i}" for i in range(7)], 3)) == 3
+
+
+async def test_list_user_pages_cover_all_without_repeats(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    seen: list[str] = []
+    offset: str | None = None
+    pages = 0
+    while True:
+        page, offset = await store.list_user("globex", "u2", limit=3, offset=offset)
+        pages += 1
+        assert all((m.tenant_id, m.user_id) == ("globex", "u2") for m in page)
+        seen += [m.memory_id for m in page]
+        if offset is None:
+            break
+    assert pages == 3  # 7 memories in pages of 3
+    assert len(seen) == len(set(seen)) == PER_USER
+    assert set(seen) == {m.memory_id for m, _ in seeded[("globex", "u2")]}
+    everything, last = await store.list_user("globex", "u2", limit=100)
+    assert [m.memory_id for m in everything] == seen
+    assert last is None
+    assert await store.list_user("globex", "nobody", limit=3) == ([], None)
+    with pytest.raises(ValueError, match="offset"):
+        await store.list_user("globex", "u2", limit=3, offset="page-2")
+
+
+async def test_count_filters(store: LongTermStore) -> None:
+    await seed(store)
+    assert await store.count() == len(TENANTS) * len(USERS) * PER_USER
+    assert await store.count("acme") == len(USERS) * PER_USER
+    assert await store.count("acme", "u1") == PER_USER
+    assert await store.count("acme", "nobody") == 0
+    assert await store.count(user_id="u1") == len(TENANTS) * PER_USER
+
+
+async def test_delete_user_removes_only_that_user(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    total = await store.count()
+    assert await store.delete_user("acme", "u2") == PER_USER
+    assert await store.count("acme", "u2") == 0
+    assert await store.count() == total - PER_USER
+    assert await store.list_user("acme", "u2", limit=10) == ([], None)
+    for owner in [("acme", "u1"), ("acme", "u3"), ("globex", "u2"), ("initech", "u2")]:
+        assert await store.count(*owner) == PER_USER
+        kept = seeded[owner][0][0]
+        assert await store.get(*owner, kept.memory_id) == kept
+    assert await store.delete_user("acme", "u2") == 0
+
+
+async def test_ensure_collection_is_idempotent_and_checks_dim(store: LongTermStore) -> None:
+    await seed(store)
+    await store.ensure_collection(DIM)
+    assert await store.count() == len(TENANTS) * len(USERS) * PER_USER
+    with pytest.raises(ValueError, match="vectors"):
+        await store.ensure_collection(DIM + 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_new_store_reads_empty_and_refuses_writes(
+    backend: str, store_factory: Callable[[str], LongTermStore]
+) -> None:
+    fresh = store_factory(backend)
+    vector = unit_vectors(np.random.default_rng(5), 1)[0]
+    assert not await fresh.ping()
+    assert await fresh.count() == 0
+    assert await fresh.get("acme", "u1", memory_point_id("acme", "u1", "k")) is None
+    assert await fresh.search("acme", "u1", vector, 3) == []
+    assert await fresh.list_user("acme", "u1", limit=3) == ([], None)
+    assert await fresh.delete_user("acme", "u1") == 0
+    with pytest.raises(RuntimeError, match="ensure_collection"):
+        await fresh.upsert([(memory_factory(), vector)])
+    await fresh.ensure_collection(DIM)
+    assert await fresh.ping()
+
+
+async def test_backends_agree(store_factory: Callable[[str], LongTermStore]) -> None:
+    edge, client = store_factory("edge"), store_factory("client")
+    for opened in (edge, client):
+        await opened.ensure_collection(DIM)
+        await seed(opened)
+    queries = unit_vectors(np.random.default_rng(11), 5)
+    for tenant in TENANTS:
+        for user in USERS:
+            for query in queries:
+                a = await edge.search(tenant, user, query, 4)
+                b = await client.search(tenant, user, query, 4)
+                assert [h.memory for h in a] == [h.memory for h in b]
+                assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+            assert await edge.list_user(tenant, user, 4) == await client.list_user(tenant, user, 4)
+            keys = [SHARED_KEY, "topic:3"]
+            assert await edge.find_by_keys(tenant, user, keys, 10) == await client.find_by_keys(
+                tenant, user, keys, 10
+            )
+        assert await edge.count(tenant) == await client.count(tenant)
+    assert await edge.delete_user("globex", "u1") == await client.delete_user("globex", "u1")
+    assert await edge.count() == await client.count()
+
+
+# --- Edge only: what lives on disk -------------------------------------------------
+
+
+async def test_edge_persists_across_close_and_reopen(tmp_path: Path) -> None:
+    first = QdrantEdgeStore(tmp_path / "shard")
+    await first.ensure_collection(DIM)
+    seeded = await seed(first)
+    replaced = memory_factory("acme", "u1", "topic:1", title="replaced", version=2)
+    await first.upsert([(replaced, seeded[("acme", "u1")][1][1])])
+    await first.delete_user("initech", "u3")
+    query = unit_vectors(np.random.default_rng(12), 1)[0]
+    before = await first.search("globex", "u2", query, 5)
+    await first.close()
+    await first.close()  # idempotent
+
+    # A reader that never calls ensure_collection (e.g. a CLI) loads the shard lazily.
+    reader = QdrantEdgeStore(tmp_path / "shard")
+    try:
+        assert await reader.ping()
+        assert await reader.count() == (len(TENANTS) * len(USERS) - 1) * PER_USER
+        assert await reader.get("acme", "u1", replaced.memory_id) == replaced
+        assert await reader.search("globex", "u2", query, 5) == before
+        assert await reader.find_by_keys("acme", "u3", [SHARED_KEY], 5) == [
+            seeded[("acme", "u3")][0][0]
+        ]
+        await reader.ensure_collection(DIM)  # and a writer reopening it keeps everything
+        await reader.upsert([(memory_factory("acme", "u9"), query)])
+        assert await reader.count("acme", "u9") == 1
+        with pytest.raises(ValueError, match="vectors"):
+            await QdrantEdgeStore(tmp_path / "shard").ensure_collection(DIM * 2)
+    finally:
+        await reader.close()
+
+
+async def test_edge_shard_is_held_by_one_store_at_a_time(tmp_path: Path) -> None:
+    owner = QdrantEdgeStore(tmp_path / "shard")
+    await owner.ensure_collection(DIM)
+    try:
+        with pytest.raises(RuntimeError, match="another process"):
+            await QdrantEdgeStore(tmp_path / "shard").count()
+    finally:
+        await owner.close()
+
+
+async def test_edge_housekeeping_keeps_data(tmp_path: Path) -> None:
+    # Tiny thresholds so batching, flush() and optimize() all run inside upsert/delete.
+    edge = QdrantEdgeStore(tmp_path / "shard", batch_size=5, flush_every=7, optimize_every=20)
+    await edge.ensure_collection(DIM)
+    try:
+        seeded = await seed(edge)
+        await edge.delete_user("acme", "u1")
+        await seed(edge)  # the same ids again: replaced, not added
+        assert await edge.count() == len(TENANTS) * len(USERS) * PER_USER
+        for (tenant, user), pairs in seeded.items():
+            hits = await edge.search(tenant, user, pairs[2][1], 1)
+            assert hits[0].memory == pairs[2][0]
+    finally:
+        await edge.close()

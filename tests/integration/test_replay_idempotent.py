@@ -1,0 +1,101 @@
+"""Replaying the same events, across a restart, duplicates no turn and no memory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from memstream.demo import SAMPLE_STREAM
+from memstream.replay import replay_file
+from memstream.settings import Settings
+from schemas import InteractionEvent
+from stores.longterm import open_longterm
+from stores.redis_state import user_tag
+from tests.integration.process import MemstreamProcess, wait_for, with_free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _turn_counts(settings: Settings, users: list[str]) -> dict[str, int]:
+    r = Redis.from_url(settings.redis.url)
+    try:
+        return {
+            u: r.zcard(f"{settings.redis.prefix}:{user_tag('demo', u)}:timeline") for u in users
+        }
+    finally:
+        r.close()
+
+
+def _memories(settings: Settings, users: list[str]) -> list[tuple[str, str, str]]:
+    async def read() -> list[tuple[str, str, str]]:
+        store = open_longterm(settings.qdrant, settings.data_dir)
+        try:
+            found = []
+            for user in users:
+                memories, _ = await store.list_user("demo", user, limit=1000)
+                found += [(user, m.key, m.memory_id) for m in memories]
+            return found
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_replay_twice_across_restart(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    settings = with_free_port(settings_factory())
+    events = [
+        InteractionEvent.model_validate_json(line)
+        for line in SAMPLE_STREAM.read_text().splitlines()
+        if line.strip()
+    ]
+    expected = Counter(e.user_id for e in events)
+    users = sorted(expected)
+
+    def replay_and_settle() -> None:
+        process = MemstreamProcess(settings, tmp_path / "memstream.log").start()
+        try:
+            asyncio.run(
+                replay_file(
+                    SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False
+                )
+            )
+            wait_for(
+                lambda: _turn_counts(settings, users) == dict(expected), 120, "every turn in Redis"
+            )
+            # let consolidation of the last triggers finish before stopping
+            wait_for(lambda: _idle(process), 60, "consolidation to go idle")
+        finally:
+            assert process.stop() == 0
+
+    replay_and_settle()
+    first = _memories(settings, users)
+    assert first, "the sample stream must consolidate at least one memory"
+    replay_and_settle()  # the same events again, into a restarted process
+    second = _memories(settings, users)
+
+    assert _turn_counts(settings, users) == dict(expected)
+    assert sorted(second) == sorted(first)
+    keys = Counter((user, key) for user, key, _ in second)
+    assert max(keys.values()) == 1, "one memory per key"
+
+
+def _idle(process: MemstreamProcess) -> bool:
+    """True when every emitted trigger has been consolidated (read from /metrics)."""
+    with process.client() as http:
+        text = http.get("/metrics").text
+
+    def total(prefix: str) -> float:
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+        )
+
+    triggers = total("memstream_triggers_total{")
+    done = total('memstream_events_total{outcome="ok",stage="consolidate"}')
+    return done >= triggers

@@ -1,0 +1,227 @@
+"""Salience, "remember this", entities and tokens, in English and Chinese."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memory.text import extract_entities, is_remember_request, is_salient, tokenize
+
+# --- salience ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "hi",
+        "Hello!",
+        "hey there",
+        "thanks",
+        "Thank you so much for your help!",
+        "ok",
+        "OK.",
+        "okay thanks",
+        "bye",
+        "Goodbye, see you later",
+        "👍👍",
+        "???",
+        "...",
+        "",
+        "   ",
+        "yes please",
+        "Sounds good",
+        "你好",
+        "您好！",
+        "谢谢",
+        "谢谢你的帮助",
+        "好的",
+        "好的，谢谢！",
+        "再见",
+        "拜拜",
+        "嗯嗯",
+        "收到",
+        "你好，我想问一下",
+    ],
+)
+def test_low_information_turns_are_not_salient(text: str) -> None:
+    assert not is_salient(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "My order hasn't arrived yet",
+        "I need to change my delivery address",
+        "The blender I bought makes a grinding noise",
+        "我的订单还没到",
+        "请问我的订单到哪了",
+        "我想修改收货地址",
+        "Hi! I want to return the blue jacket",
+    ],
+)
+def test_informative_turns_are_salient(text: str) -> None:
+    assert is_salient(text)
+
+
+@pytest.mark.parametrize("text", ["order 55123", "ORD-2291?", "订单号 778899", "a@b.io"])
+def test_a_short_turn_naming_an_entity_is_salient(text: str) -> None:
+    assert is_salient(text)
+
+
+# --- remember requests ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "remember this",
+        "Remember this: I am allergic to nuts",
+        "Please remember that I'm vegetarian",
+        "please remember my size is M",
+        "Don't forget my birthday is in May",
+        "don’t forget to call me back",  # typographic apostrophe
+        "Note that my address changed",
+        "Ok, note that I prefer email",
+        "Could you remember that I live in Lyon?",
+        "Keep this in mind for next time",
+        "I want you to remember my account name",
+        "记住我的地址是北京市朝阳区",
+        "请记得我对花生过敏",
+        "别忘了给我回电话",
+        "不要忘记我的会员号",
+        "帮我记一下这个订单",
+    ],
+)
+def test_remember_requests(text: str) -> None:
+    assert is_remember_request(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I remember buying it last year",
+        "Do you remember when I called?",
+        "Remember when we talked about it?",
+        "Can you remember what I ordered?",
+        "I don't forget things easily",
+        "My notebook is broken",
+        "hello",
+        "我记得上次买过",
+        "你好",
+    ],
+)
+def test_not_remember_requests(text: str) -> None:
+    assert not is_remember_request(text)
+
+
+# --- entities ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("My order #A-10293 hasn't arrived", ["order:A-10293"]),
+        ("order number 55123 was late", ["order:55123"]),
+        ("Order no. 512 is wrong", ["order:512"]),
+        ("my order is 88812", ["order:88812"]),
+        ("order # a-10293", ["order:A-10293"]),
+        ("Where is ORD-2291?", ["order:ORD-2291"]),
+        ("订单号 778899 还没发货", ["order:778899"]),
+        ("订单号：７７８８９９", ["order:778899"]),  # full-width digits and colon
+        ("我的订单A10293怎么还没到", ["order:A10293"]),
+        ("email me at John.Doe@Example.COM please", ["email:john.doe@example.com"]),
+        ("call +86 138 1234 5678", ["phone:+8613812345678"]),
+        ("my number is (555) 123-4567", ["phone:5551234567"]),
+        ("电话13812345678", ["phone:13812345678"]),
+        ("delivered on 2026-03-03", ["date:2026-03-03"]),
+        ("on March 3, 2026", ["date:2026-03-03"]),
+        ("on 3 March 2026", ["date:2026-03-03"]),
+        ("the 3rd of March, 2026", ["date:2026-03-03"]),
+        ("Sept. 12th 2025", ["date:2025-09-12"]),
+        ("2026年3月3日送到", ["date:2026-03-03"]),
+        ("The XR-200 broke", ["product:XR-200"]),
+        ("SKU 8841-B is out of stock", ["product:8841-B"]),
+        ("model 7731 please", ["product:7731"]),
+        ("tracking number 1Z999AA10123456784", ["tracking:1Z999AA10123456784"]),
+        ("Tracking #: JD0001234567", ["tracking:JD0001234567"]),
+        ("运单号 SF1234567890", ["tracking:SF1234567890"]),
+        (
+            "order #A-10293, XR-200, on 2026-03-03, mail a@b.io",
+            ["date:2026-03-03", "email:a@b.io", "order:A-10293", "product:XR-200"],
+        ),
+    ],
+)
+def test_entities(text: str, expected: list[str]) -> None:
+    assert extract_entities(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I want to order 3 shirts for 5 kids",
+        "see you at 10:30",
+        "it costs $25, or $1250 with shipping",
+        "back in 2026",
+        "my order is late",
+        "Order 2026 was a good year",
+        "24-hour delivery, 5kg, 10am, 3rd floor, covid-19",
+        "pi is 3.14159265",
+        "server 192.168.1.1",
+        "see https://example.com/a1b2c3/x9",
+        "Feb 30, 2026",  # not a real date
+        "March 3",  # no year
+        "谢谢，3点见",
+        "sizes 8 9 10 11 12 13 14",  # digits enough for a phone, but no phone-like groups
+        "",
+    ],
+)
+def test_no_false_positive_entities(text: str) -> None:
+    assert extract_entities(text) == []
+
+
+def test_entities_are_sorted_and_unique() -> None:
+    keys = extract_entities("order #A-10293 ... again order #a-10293, XR-200 and xr-200")
+    assert keys == ["order:A-10293", "product:XR-200"]
+
+
+def test_an_order_number_is_not_also_a_phone_number() -> None:
+    assert extract_entities("order number 12345678") == ["order:12345678"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order" + " " * 7990 + "!",  # was cubic with repeated optional separator runs
+        "tracking" + " # " * 2600,
+        "1 " * 3990 + "a",
+        "a-" * 3990 + "!",
+        "a." * 3990 + "@",
+        "订单号 " * 1990,
+    ],
+    ids=["order-spaces", "tracking-marks", "digit-runs", "hyphen-runs", "email-ish", "zh-orders"],
+)
+def test_adversarial_max_length_text_stays_fast(text: str) -> None:
+    started = time.perf_counter()
+    extract_entities(text)
+    is_salient(text)
+    is_remember_request(text)
+    tokenize(text)
+    assert time.perf_counter() - started < 1.0  # ~30 ms today; a regex blow-up takes minutes
+
+
+# --- tokens --------------------------------------------------------------------------------
+
+
+def test_tokenize_english_keeps_inner_hyphens_and_drops_stopwords() -> None:
+    tokens = tokenize("My order #A-10293 hasn't arrived, the customer's package!")
+    assert tokens == ["order", "a-10293", "arrived", "customer", "package"]
+
+
+def test_tokenize_chinese_uses_character_bigrams() -> None:
+    assert tokenize("订单没到") == ["订单", "单没", "没到"]
+    assert tokenize("好") == ["好"]
+
+
+def test_tokenize_mixed_text_keeps_order() -> None:
+    assert tokenize("XR-200 坏了") == ["xr-200", "坏了"]

@@ -1,0 +1,1 @@
+"""Consolidation workers (batched, LLM-bounded) and periodic maintenance."""
