@@ -1,0 +1,60 @@
+"""What every benchmark returns, so one report can put each figure next to its reference.
+
+A benchmark is a module in ``bench/`` with ``NAME`` and ``async def run(ctx) -> Result``.
+Each headline figure is measured next to its reference *in the same run* (absolute times
+drift on a shared 2-core machine; ratios do not), and the row names are the ones the
+issues fix (see HEADLINE_ROWS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Row names of the headline table, in order; benchmarks fill the rows they can measure.
+HEADLINE_ROWS: tuple[str, ...] = (
+    "ingest events/s vs encoder",
+    "event to retrievable p95 ms",
+    "retrieval p99 ms (half load, 10k/user)",
+    "retrieval server-side p99 ms (10k/user, 1M store)",
+    "LoCoMo-dev R@10",
+    "LoCoMo-dev evidence recall @1024 tokens",
+    "LLM calls per event",
+    "cluster ARI (synthetic)",
+    "clustering ms/event @500 clusters",
+    "peak RSS MiB (100k memories)",
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One headline figure: memstream's value, the reference's, and what each one is."""
+
+    figure: str  # one of HEADLINE_ROWS
+    memstream: float
+    reference: float
+    reference_name: str  # e.g. "bare encoder, same texts", "BM25 over speaker (date): text"
+    higher_is_better: bool = True
+    target: str = ""  # e.g. ">= 0.8", "<= 20 ms"; empty when the issue sets none
+
+    @property
+    def ratio(self) -> float:
+        return self.memstream / self.reference if self.reference else float("nan")
+
+
+@dataclass
+class Result:
+    name: str
+    rows: list[Row] = field(default_factory=list)
+    markdown: str = ""  # the benchmark's own section: tables, the reading of what limits it
+    raw: dict[str, Any] = field(default_factory=dict)  # every number, JSON-serialisable
+    plots: list[Path] = field(default_factory=list)  # PNGs under ctx.out_dir
+
+
+@dataclass(frozen=True)
+class Context:
+    quick: bool  # CI smoke mode: small N, finishes in seconds, same code path
+    out_dir: Path  # where plots and raw JSON go (bench/out/ or a temp dir in tests)
+    shared_bench: Path  # ../shared/bench (LoCoMo); benchmarks needing it skip when absent
+    seed: int = 7
