@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -306,3 +307,47 @@ def _as_list(value: object) -> list[object]:
     if not isinstance(value, list):
         raise TypeError(f"expected a list, got {type(value).__name__}")
     return value
+
+
+_SIGNAL_LEN = struct.Struct("<I")
+_SIGNAL_VECTOR_DTYPE = np.dtype("<f2")  # pending vectors only feed a 0.7 bound: half precision
+
+
+def signal_to_bytes(s: TurnSignal) -> bytes:
+    """Compact form of a pending turn: a JSON header and its vector as float16."""
+    header = json.dumps(
+        {
+            "id": s.event_id,
+            "session": s.session_id,
+            "ts": s.ts,
+            "entities": list(s.entities),
+            "cluster": s.cluster_id,
+            "salient": s.salient,
+            "pinned": s.pinned,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
+    vector = np.asarray(s.vector, dtype=_SIGNAL_VECTOR_DTYPE).tobytes()
+    return _SIGNAL_LEN.pack(len(header)) + header + vector
+
+
+def signal_from_bytes(b: bytes) -> TurnSignal:
+    """Inverse of ``signal_to_bytes``; ``ValueError`` on malformed input."""
+    try:
+        (header_len,) = _SIGNAL_LEN.unpack_from(b, 0)
+        start = _SIGNAL_LEN.size
+        raw: Any = json.loads(b[start : start + header_len])
+        vector = np.frombuffer(b[start + header_len :], dtype=_SIGNAL_VECTOR_DTYPE)
+        return TurnSignal(
+            event_id=str(raw["id"]),
+            session_id=str(raw["session"]),
+            ts=float(raw["ts"]),
+            vector=vector.astype(np.float32),
+            entities=tuple(str(e) for e in _as_list(raw["entities"])),
+            cluster_id=str(raw["cluster"]),
+            salient=bool(raw["salient"]),
+            pinned=bool(raw["pinned"]),
+        )
+    except (KeyError, TypeError, struct.error, json.JSONDecodeError) as exc:
+        raise ValueError(f"corrupt pending turn: {exc}") from exc

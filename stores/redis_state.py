@@ -5,7 +5,8 @@ one shard and a user's update can be one MULTI/EXEC transaction:
 
     {p}:{t:u}:turn:<event_id>   hash   doc (StoredTurn JSON), emb (float16 bytes); TTL
     {p}:{t:u}:timeline          zset   event ids of short-term turns by time
-    {p}:{t:u}:pending           zset   salient turns not yet handed to consolidation
+    {p}:{t:u}:pending           hash   event id -> TurnSignal bytes: salient turns not yet
+                                       handed to consolidation (the recurrence window)
     {p}:{t:u}:clusters          hash   cluster id -> serialised Cluster
     {p}:{t:u}:meta              hash   next cluster number, ...
     {p}:{t:u}:keys              hash   recurrence key -> KeyState JSON
@@ -21,15 +22,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 from redis.asyncio import Redis
 
 from memory.clustering import Cluster, cluster_from_bytes, cluster_to_bytes
-from memory.recurrence import KeyState, key_state_from_json, key_state_to_json
+from memory.recurrence import (
+    KeyState,
+    TurnSignal,
+    key_state_from_json,
+    key_state_to_json,
+    signal_from_bytes,
+    signal_to_bytes,
+)
 from schemas import StoredTurn
 
 DAY_S = 86_400
+
+# Clusters and pending turns are re-read for every event of a user but rarely change: decode
+# each distinct serialised value once (content-addressed, so never stale; values are frozen).
+_decode_cluster = lru_cache(maxsize=16_384)(cluster_from_bytes)
+_decode_signal = lru_cache(maxsize=16_384)(signal_from_bytes)
 
 
 def user_tag(tenant_id: str, user_id: str) -> str:
@@ -49,7 +63,7 @@ class UserSnapshot:
     already_processed: bool
     clusters: list[Cluster]
     next_cluster_number: int
-    pending: list[TurnWithVector]
+    pending: list[TurnSignal]  # oldest first
     keys: dict[str, KeyState]
 
 
@@ -60,8 +74,8 @@ class UserUpdate:
     event_id: str
     turn: StoredTurn
     vector: np.ndarray
-    keep_pending: bool
-    consumed_turn_ids: Sequence[str] = ()
+    pending_add: TurnSignal | None = None
+    pending_remove: Sequence[str] = ()  # consumed by a trigger, or fallen out of the window
     cluster: Cluster | None = None
     next_cluster_number: int | None = None
     keys: dict[str, KeyState] = field(default_factory=dict)
@@ -98,21 +112,21 @@ class RedisState:
 
     # -- memorize: read, then write atomically -------------------------------------------
 
-    async def load_user(
-        self, tenant_id: str, user_id: str, event_id: str, window: int
-    ) -> UserSnapshot:
+    async def load_user(self, tenant_id: str, user_id: str, event_id: str) -> UserSnapshot:
         k = lambda *p: self._key(tenant_id, user_id, *p)  # noqa: E731
         pipe = self.redis.pipeline(transaction=False)
         pipe.exists(k("seen", event_id))
         pipe.hgetall(k("clusters"))
         pipe.hget(k("meta"), "next_cluster")
-        pipe.zrange(k("pending"), -window, -1)
+        pipe.hgetall(k("pending"))
         pipe.hgetall(k("keys"))
-        seen, raw_clusters, next_cluster, pending_ids, raw_keys = await pipe.execute()
+        seen, raw_clusters, next_cluster, raw_pending, raw_keys = await pipe.execute()
         clusters = sorted(
-            (cluster_from_bytes(v) for v in raw_clusters.values()), key=lambda c: c.created_ts
+            (_decode_cluster(v) for v in raw_clusters.values()), key=lambda c: c.created_ts
         )
-        pending = await self.turns(tenant_id, user_id, [i.decode() for i in pending_ids])
+        pending = sorted(
+            (_decode_signal(v) for v in raw_pending.values()), key=lambda p: (p.ts, p.event_id)
+        )
         keys = {name.decode(): key_state_from_json(v.decode()) for name, v in raw_keys.items()}
         return UserSnapshot(
             already_processed=bool(seen),
@@ -142,11 +156,10 @@ class RedisState:
             pipe.expire(turn_key, self.ttl_s)
         pipe.zadd(k("timeline"), {turn.event_id: ts})
         pipe.zremrangebyrank(k("timeline"), 0, -self.max_turns - 1)
-        if update.keep_pending:
-            pipe.zadd(k("pending"), {turn.event_id: ts})
-        if update.consumed_turn_ids:
-            pipe.zrem(k("pending"), *update.consumed_turn_ids)
-        pipe.zremrangebyrank(k("pending"), 0, -self.max_turns - 1)
+        if update.pending_add is not None:
+            pipe.hset(k("pending"), turn.event_id, signal_to_bytes(update.pending_add))
+        if update.pending_remove:
+            pipe.hdel(k("pending"), *update.pending_remove)
         if update.cluster is not None:
             pipe.hset(k("clusters"), update.cluster.cluster_id, cluster_to_bytes(update.cluster))
         if update.next_cluster_number is not None:
@@ -182,7 +195,7 @@ class RedisState:
 
     async def clusters(self, tenant_id: str, user_id: str) -> list[Cluster]:
         raw = await self.redis.hgetall(self._key(tenant_id, user_id, "clusters"))
-        return sorted((cluster_from_bytes(v) for v in raw.values()), key=lambda c: c.created_ts)
+        return sorted((_decode_cluster(v) for v in raw.values()), key=lambda c: c.created_ts)
 
     async def trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> bool:
         return bool(await self.redis.exists(self._key(tenant_id, user_id, "trig", trigger_id)))

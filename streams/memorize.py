@@ -24,7 +24,7 @@ from memory.text import extract_entities, is_remember_request, is_salient
 from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger, StoredTurn
-from stores.redis_state import RedisState, TurnWithVector, UserUpdate
+from stores.redis_state import RedisState, UserUpdate
 from streams.app import Topics
 from streams.handling import DeadLetters, describe_validation_error, with_retries
 
@@ -60,7 +60,7 @@ class Memorizer:
         """What this event changes, or None when it was already processed."""
         event = encoded.event
         tenant, user = event.tenant_id, event.user_id
-        snapshot = await self.state.load_user(tenant, user, event.event_id, self.window)
+        snapshot = await self.state.load_user(tenant, user, event.event_id)
         if snapshot.already_processed:
             return None
         now = event.ts.timestamp()
@@ -86,13 +86,13 @@ class Memorizer:
             salient=salient,
             pinned=pinned,
         )
-        detection = detect(
-            signal,
-            [_signal(p) for p in snapshot.pending],
-            snapshot.keys,
-            now,
-            self.recurrence_params,
-        )
+        detection = detect(signal, snapshot.pending, snapshot.keys, now, self.recurrence_params)
+        consumed = set(detection.consumed_turn_ids)
+        keep = salient and event.event_id not in consumed
+        still_pending = [p.event_id for p in snapshot.pending if p.event_id not in consumed]
+        # The window keeps the newest turns; the oldest fall out (they stay in short-term memory).
+        overflow = len(still_pending) + int(keep) - self.window
+        evicted = still_pending[:overflow] if overflow > 0 else []
         triggers = [
             RecurrenceTrigger(
                 trigger_id=trigger_id(tenant, user, spec),
@@ -123,8 +123,8 @@ class Memorizer:
             event_id=event.event_id,
             turn=turn,
             vector=vector,
-            keep_pending=salient and event.event_id not in detection.consumed_turn_ids,
-            consumed_turn_ids=detection.consumed_turn_ids,
+            pending_add=signal if keep else None,
+            pending_remove=[*consumed, *evicted],
             cluster=assignment.cluster,
             next_cluster_number=snapshot.next_cluster_number + 1 if assignment.created else None,
             keys=detection.updated_keys,
@@ -134,20 +134,6 @@ class Memorizer:
     async def apply(self, decision: Decision) -> None:
         """Write what ``decide`` decided; call once its triggers are delivered."""
         await self.state.apply(decision.tenant_id, decision.user_id, decision.update)
-
-
-def _signal(p: TurnWithVector) -> TurnSignal:
-    t = p.turn
-    return TurnSignal(
-        event_id=t.event_id,
-        session_id=t.session_id,
-        ts=t.ts.timestamp(),
-        vector=p.vector,
-        entities=tuple(t.entities),
-        cluster_id=t.cluster_id or "",
-        salient=True,
-        pinned=t.pinned,
-    )
 
 
 def register_memorize(

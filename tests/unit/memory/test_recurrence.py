@@ -371,3 +371,27 @@ def test_key_state_json_round_trip() -> None:
 def test_corrupt_key_state_is_rejected(raw: str) -> None:
     with pytest.raises(ValueError, match="corrupt key state"):
         key_state_from_json(raw)
+
+
+def test_pending_signal_round_trips_through_bytes() -> None:
+    from memory.recurrence import signal_from_bytes, signal_to_bytes
+
+    vector = np.zeros(384, dtype=np.float32)
+    vector[3] = 1.0
+    signal = TurnSignal(
+        event_id="ana-s1-t03",
+        session_id="ana-s1",
+        ts=1_790_000_000.5,
+        vector=vector,
+        entities=("order:A-10293", "email:ana@example.com"),
+        cluster_id="c4",
+        salient=True,
+        pinned=False,
+    )
+    back = signal_from_bytes(signal_to_bytes(signal))
+    assert (back.event_id, back.session_id, back.ts) == ("ana-s1-t03", "ana-s1", 1_790_000_000.5)
+    assert back.entities == signal.entities and back.cluster_id == "c4"
+    assert (back.salient, back.pinned) == (True, False)
+    assert np.array_equal(back.vector, vector)
+    with pytest.raises(ValueError, match="corrupt"):
+        signal_from_bytes(b"\x05\x00\x00\x00{bad")
