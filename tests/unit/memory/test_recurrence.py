@@ -390,7 +390,8 @@ def test_pending_signal_round_trips_through_bytes() -> None:
     )
     back = signal_from_bytes(signal_to_bytes(signal))
     assert (back.event_id, back.session_id, back.ts) == ("ana-s1-t03", "ana-s1", 1_790_000_000.5)
-    assert back.entities == signal.entities and back.cluster_id == "c4"
+    assert back.entities == signal.entities
+    assert back.cluster_id == "c4"
     assert (back.salient, back.pinned) == (True, False)
     assert np.array_equal(back.vector, vector)
     with pytest.raises(ValueError, match="corrupt"):
