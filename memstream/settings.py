@@ -32,6 +32,7 @@ class KafkaSettings(_Section):
     broker: str = ""  # "" = embedded Tansu broker
     partitions: int = 4
     session_timeout_s: float = 3.0  # Tansu joins groups in ~half of it
+    fetch_max_wait_ms: int = 100  # Tansu holds empty fetches this long (see streams/transport.py)
     topic_prefix: str = "memstream"
 
 
@@ -107,6 +108,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".memstream")
     log_level: str = "warning"
     metrics_port: int = 0  # worker / consolidator: 0 = no separate /metrics listener
+    metrics_host: str = "127.0.0.1"  # where that listener binds (0.0.0.0 in containers)
+    metrics_interval_s: float = 10.0  # how often lag, Redis and Qdrant gauges are sampled
     kafka: KafkaSettings = KafkaSettings()
     redis: RedisSettings = RedisSettings()
     qdrant: QdrantSettings = QdrantSettings()

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import faust
+from faust.types import TransportT
 
 from memstream.settings import Settings
 from schemas import TOPICS
+from streams.transport import ShortFetchConsumerThread, ShortFetchTransport
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,13 @@ class Topics:
         return [getattr(self, t.name) for t in TOPICS]
 
 
+class MemstreamApp(faust.App):
+    """A faust app whose consumers use ``ShortFetchTransport`` (see streams/transport.py)."""
+
+    def _new_transport(self) -> TransportT:
+        return ShortFetchTransport(self.conf.broker_consumer, self)
+
+
 def create_app(settings: Settings, *, app_id: str, broker_url: str) -> faust.App:
     """A faust app with broker settings that suit both Kafka and the embedded Tansu broker.
 
@@ -33,7 +42,8 @@ def create_app(settings: Settings, *, app_id: str, broker_url: str) -> faust.App
     """
     datadir = settings.data_dir / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
-    return faust.App(
+    ShortFetchConsumerThread.fetch_max_wait_ms = settings.kafka.fetch_max_wait_ms
+    return MemstreamApp(
         app_id,
         broker=broker_url,
         broker_session_timeout=settings.kafka.session_timeout_s,
