@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run demo test test-unit lint typecheck check schemas clean
+.PHONY: run demo test test-unit lint typecheck check schemas bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ typecheck: $(STAMP)
 
 schemas: $(STAMP)
 	$(BIN)/memstream schemas export schemas/json
+
+## bench: the full benchmark suite (< 20 min on 2 cores): BENCHMARKS.md, bench/plots/, bench/results.json
+bench: $(STAMP)
+	$(BIN)/memstream bench
+
+## bench-quick: the same suite with small N (< 3 min, what CI runs); writes under bench/out/quick/
+bench-quick: $(STAMP)
+	$(BIN)/memstream bench --quick
 
 clean:
 	rm -rf .memstream .pytest_cache .mypy_cache .ruff_cache

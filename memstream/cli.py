@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
+import logging.config
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from memstream.logs import logging_config
 from memstream.settings import DEMO_API_KEY, Settings
 from memstream.wiring import ALL_ROLES, Role
 
@@ -28,9 +29,7 @@ def _settings(port: int | None = None) -> Settings:
         settings = settings.model_copy(
             update={"rpc": settings.rpc.model_copy(update={"port": port})}
         )
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logging.config.dictConfig(logging_config(settings.log_level))  # JSON lines on stderr
     return settings
 
 
@@ -135,6 +134,38 @@ def search(
         console.print(f"[bold]{item.kind}[/] {item.score:.3f} {item.text}")
     header = f"context ({answer.context_tokens} tokens, {answer.took_ms} ms)"
     console.print(f"\n[dim]{header}:[/]\n{answer.context}")
+
+
+@cli.command()
+def bench(
+    quick: Annotated[bool, typer.Option(help="Small smoke run (CI): same code, small N.")] = False,
+    only: Annotated[
+        list[str] | None, typer.Option(help="Run only this benchmark (repeatable).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Markdown path; JSON and plots go beside it.")
+    ] = None,
+) -> None:
+    """Run the benchmark suite; write BENCHMARKS.md, its plots and the raw numbers as JSON."""
+    from bench.runner import main as run_benchmarks
+
+    raise typer.Exit(run_benchmarks(quick=quick, only=only, out=out))
+
+
+@cli.command()
+def top(
+    url: Annotated[str, typer.Option(help="A process's /metrics URL.")] = (
+        "http://127.0.0.1:8080/metrics"
+    ),
+    interval: Annotated[float, typer.Option(help="Seconds between frames.")] = 2.0,
+    frames: Annotated[
+        int | None, typer.Option(help="Stop after N frames (default: never).")
+    ] = None,
+) -> None:
+    """A live view of rates and latencies from a running process's /metrics."""
+    from memstream.top import run_top
+
+    raise typer.Exit(run_top(url, interval_s=interval, frames=frames, console=console))
 
 
 @schemas_cli.command("export")

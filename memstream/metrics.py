@@ -6,6 +6,9 @@ All names start with ``memstream_``; units are in the names (``_seconds``, ``_to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 # Stage latencies range from sub-millisecond Redis writes to multi-second LLM calls.
@@ -40,7 +43,8 @@ class Metrics:
         )
         self.stage_latency = Histogram(
             "memstream_stage_latency_seconds",
-            "Time to handle one message (or one batch, for batched stages), by stage.",
+            "Time to handle one message or batch, by stage (encode and consolidate: per batch; "
+            "memorize: per event; llm: per consolidator call).",
             ["stage"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -84,7 +88,7 @@ class Metrics:
         )
         self.retrieval_latency = Histogram(
             "memstream_retrieval_latency_seconds",
-            "Retrieval time by phase (encode, shortterm, longterm, rank, total).",
+            "Retrieval time by phase (encode, fetch, rank, ...; total is the whole call).",
             ["phase"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
@@ -100,3 +104,102 @@ class Metrics:
             "Consolidated memories in the long-term store (sampled).",
             registry=registry,
         )
+        self.consumer_lag = Gauge(
+            "memstream_consumer_lag",
+            "Messages not yet committed, per consumer group and partition (sampled).",
+            ["group", "topic", "partition"],
+            registry=registry,
+        )
+        self.users = Gauge(
+            "memstream_users",
+            "Users with state in Redis (sampled).",
+            registry=registry,
+        )
+        self.clusters = Gauge(
+            "memstream_clusters",
+            "Topic clusters over all users (sampled; estimated from a random sample of "
+            "users when there are many).",
+            registry=registry,
+        )
+        self.shortterm_turns = Gauge(
+            "memstream_shortterm_turns",
+            "Short-term turns kept in Redis over all users (sampled; estimated like clusters).",
+            registry=registry,
+        )
+        self.sample_errors = Counter(
+            "memstream_sample_errors_total",
+            "Failed periodic samples of gauges, by sampler (lag, state, longterm, llm).",
+            ["sampler"],
+            registry=registry,
+        )
+
+
+# Units of the catalogue table; names carry them too (``_seconds``, ``_total``).
+UNITS = {
+    "memstream_stage_latency_seconds": "seconds",
+    "memstream_retrieval_latency_seconds": "seconds",
+    "memstream_batch_size": "messages",
+    "memstream_consumer_lag": "messages",
+    "memstream_llm_tokens_total": "tokens",
+    "memstream_longterm_memories": "memories",
+    "memstream_users": "users",
+    "memstream_clusters": "clusters",
+    "memstream_shortterm_turns": "turns",
+}
+
+DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+
+
+@dataclass(frozen=True)
+class MetricDoc:
+    name: str
+    type: str
+    labels: tuple[str, ...]
+    meaning: str
+    unit: str
+
+
+def catalogue(metrics: Metrics | None = None) -> list[MetricDoc]:
+    """Every metric ``Metrics`` declares, in declaration order."""
+    metrics = metrics or Metrics(CollectorRegistry())
+    docs: list[MetricDoc] = []
+    for value in vars(metrics).values():
+        if not isinstance(value, Counter | Gauge | Histogram):
+            continue
+        name = value._name  # prometheus_client strips ``_total`` from counters' ``_name``
+        if isinstance(value, Counter):
+            name += "_total"
+        docs.append(
+            MetricDoc(
+                name=name,
+                type=value._type,
+                labels=tuple(value._labelnames),
+                meaning=value._documentation,
+                unit=UNITS.get(name, "count"),
+            )
+        )
+    return docs
+
+
+def catalogue_markdown(metrics: Metrics | None = None) -> str:
+    """The table in ``docs/metrics.md`` (a test checks that the file matches this)."""
+    lines = [
+        "# Metrics",
+        "",
+        "Every metric memstream exports (`memstream/metrics.py`; regenerate this file with",
+        "`python -m memstream.metrics > docs/metrics.md`). Histograms also export `_bucket`,",
+        "`_sum` and `_count` series. Processes with the `process` role sample lag and Redis",
+        "gauges, those with the `consolidate` role the long-term gauge and LLM tokens, every",
+        "`settings.metrics_interval_s`.",
+        "",
+        "| metric | type | labels | meaning | unit |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for d in catalogue(metrics):
+        labels = ", ".join(f"`{label}`" for label in d.labels) or "—"
+        lines.append(f"| `{d.name}` | {d.type} | {labels} | {d.meaning} | {d.unit} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(catalogue_markdown(), end="")

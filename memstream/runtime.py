@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import faust
 from prometheus_client import start_http_server
 
+from memstream.logs import logging_config
 from memstream.metrics import Metrics
 from memstream.settings import Settings
 from memstream.wiring import Dependencies, Role, Stack, build_app
@@ -50,7 +51,9 @@ def run_process(settings: Settings, roles: frozenset[Role], *, job: Job | None =
         if "serve" in roles:
             _serve_inside(running)
         elif settings.metrics_port:
-            start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)
+            start_http_server(
+                settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry
+            )
         if job is not None:
             _run_job_inside(running, job, exit_code)
         code = _run_worker(app, settings.log_level)
@@ -97,7 +100,13 @@ def _run_job_inside(running: RunningProcess, job: Job, exit_code: list[int]) -> 
 
 
 def _run_worker(app: faust.App, loglevel: str) -> int:
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = faust.Worker(
+        app,
+        loglevel=loglevel,
+        logging_config=logging_config(loglevel),
+        quiet=True,
+        redirect_stdouts=False,
+    )
     try:
         worker.execute_from_commandline()
     except SystemExit as stop:

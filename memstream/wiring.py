@@ -16,10 +16,11 @@ import faust
 from memory.clustering import ClusterParams
 from memory.recurrence import RecurrenceParams
 from memstream.metrics import Metrics
+from memstream.sampling import register_samplers
 from memstream.settings import Settings
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
 from stores.encoder import OnnxEncoder
-from stores.llm import consolidator_from_settings
+from stores.llm import Consolidator, consolidator_from_settings
 from stores.longterm import LongTermStore, open_longterm
 from stores.redis_state import RedisState
 from streams.app import Topics, create_app, create_topics
@@ -106,6 +107,7 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
     settings, metrics = deps.settings, deps.metrics
     app = create_app(settings, app_id=app_id_for(roles), broker_url=stack.broker_url)
     topics = create_topics(app, settings)
+    consolidator: Consolidator | None = None
     if "process" in roles:
         register_encode(
             app,
@@ -132,10 +134,11 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         register_memorize(app, topics, memorizer, metrics)
     if "consolidate" in roles:
         c = settings.consolidation
+        consolidator = consolidator_from_settings(settings.llm)
         worker = ConsolidationWorker(
             state=deps.state,
             longterm=deps.longterm,
-            consolidator=consolidator_from_settings(settings.llm),
+            consolidator=consolidator,
             encoder=deps.encoder,
             metrics=metrics,
             max_turns=c.max_turns,
@@ -144,6 +147,15 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         register_consolidate(
             app, topics, worker, metrics, batch_size=c.batch_size, within_s=c.batch_within_s
         )
+    register_samplers(
+        app,
+        metrics,
+        roles,
+        interval_s=settings.metrics_interval_s,
+        state=deps.state,
+        longterm=deps.longterm,
+        consolidator=consolidator,
+    )
 
     @app.task
     async def declare_topics() -> None:

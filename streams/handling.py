@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from memstream.logs import event_id_of
 from memstream.metrics import Metrics
 from schemas import DeadLetter
 
@@ -71,7 +72,10 @@ class DeadLetters:
         await self.topic.send(key=key, value=letter.model_dump_json().encode())
         self.metrics.dlq.labels(stage, reason_class).inc()
         self.metrics.events.labels(stage, "dlq").inc()
-        log.warning("dead-lettered", extra={"stage": stage, "reason": letter.reason})
+        log.warning(
+            "dead-lettered",
+            extra={"stage": stage, "reason": letter.reason, "event_id": event_id_of(value)},
+        )
 
 
 async def with_retries(

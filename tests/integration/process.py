@@ -30,6 +30,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "MEMSTREAM_REDIS__URL": settings.redis.url,
         "MEMSTREAM_REDIS__PREFIX": settings.redis.prefix,
         "MEMSTREAM_RPC__PORT": str(settings.rpc.port),
+        "MEMSTREAM_METRICS_INTERVAL_S": str(settings.metrics_interval_s),
+        "MEMSTREAM_METRICS_PORT": str(settings.metrics_port),
     }
 
 
