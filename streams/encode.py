@@ -8,13 +8,12 @@ from functools import partial
 
 import faust
 import numpy as np
-from pydantic import ValidationError
 
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, InteractionEvent
 from stores.encoder import OnnxEncoder
 from streams.app import Topics
-from streams.handling import DeadLetters, describe_validation_error, with_retries
+from streams.handling import DeadLetters, with_retries
 
 STAGE = "encode"
 
@@ -33,25 +32,14 @@ def register_encode(
     batch_size: int,
     within_s: float,
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics)
+    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.events)
 
     @app.agent(topics.events, name="memstream.encode")
     async def encode(stream: faust.StreamT[bytes]) -> None:
         async for batch in stream.take_events(batch_size, within=within_s):
             started = time.perf_counter()
-            valid: list[InteractionEvent] = []
-            for message in batch:
-                try:
-                    valid.append(InteractionEvent.model_validate_json(message.value))
-                except ValidationError as exc:
-                    await dead_letters.send(
-                        stage=STAGE,
-                        reason=describe_validation_error(exc),
-                        source_topic=topics.events.get_topic_name(),
-                        key=message.key,
-                        value=message.value,
-                        reason_class="validation",
-                    )
+            decoded = [await dead_letters.decode(InteractionEvent, m.key, m.value) for m in batch]
+            valid = [event for event in decoded if event is not None]
             if not valid:
                 continue
             texts = [text_for_embedding(e) for e in valid]
@@ -86,12 +74,7 @@ async def _encode_one_by_one(
             )
             kept.append(event)
         except Exception as exc:
-            await dead_letters.send(
-                stage=STAGE,
-                reason=f"encoder failed: {exc!r}",
-                source_topic=topics.events.get_topic_name(),
-                key=event.user_key.encode(),
-                value=event.model_dump_json().encode(),
-                reason_class="poison",
+            await dead_letters.poison(
+                exc, event.user_key.encode(), event.model_dump_json().encode()
             )
     return kept, vectors

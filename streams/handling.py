@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import faust
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -25,6 +25,7 @@ from schemas import DeadLetter
 
 log = logging.getLogger("memstream.streams")
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
@@ -45,31 +46,41 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 class DeadLetters:
-    """Sends undeliverable messages to ``memstream.dlq`` with their reason."""
+    """One stage's way to ``memstream.dlq``: every letter names the stage, topic and reason."""
 
-    def __init__(self, topic: faust.TopicT, metrics: Metrics) -> None:
-        self.topic = topic
+    def __init__(
+        self, dlq: faust.TopicT, metrics: Metrics, *, stage: str, source: faust.TopicT
+    ) -> None:
+        self.dlq = dlq
         self.metrics = metrics
+        self.stage = stage
+        self.source_topic = source.get_topic_name()
+
+    async def decode(self, model: type[M], key: bytes | None, value: bytes) -> M | None:
+        """The message as ``model``, or None once it has been dead-lettered as invalid."""
+        try:
+            return model.model_validate_json(value)
+        except ValidationError as exc:
+            await self.send(describe_validation_error(exc), key, value, reason_class="validation")
+            return None
+
+    async def poison(self, exc: BaseException, key: bytes | None, value: bytes) -> None:
+        """A valid message whose handling kept failing: park it, let the partition go on."""
+        await self.send(f"{self.stage} failed: {exc!r}", key, value, reason_class="poison")
 
     async def send(
-        self,
-        *,
-        stage: str,
-        reason: str,
-        source_topic: str,
-        key: bytes | None,
-        value: bytes,
-        reason_class: str,
+        self, reason: str, key: bytes | None, value: bytes, *, reason_class: str
     ) -> None:
+        stage = self.stage
         letter = DeadLetter(
             stage=stage,
             reason=reason[:2000],
-            topic=source_topic,
+            topic=self.source_topic,
             key=key.decode("utf-8", "replace") if key else None,
             original=value.decode("utf-8", "replace")[:100_000],
             ts=datetime.now(UTC),
         )
-        await self.topic.send(key=key, value=letter.model_dump_json().encode())
+        await self.dlq.send(key=key, value=letter.model_dump_json().encode())
         self.metrics.dlq.labels(stage, reason_class).inc()
         self.metrics.events.labels(stage, "dlq").inc()
         log.warning(

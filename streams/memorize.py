@@ -16,7 +16,6 @@ from functools import partial
 
 import faust
 import numpy as np
-from pydantic import ValidationError
 
 from memory.clustering import ClusterParams, assign
 from memory.recurrence import RecurrenceParams, TriggerSpec, TurnSignal, detect
@@ -26,7 +25,7 @@ from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger, StoredTurn
 from stores.redis_state import RedisState, UserUpdate
 from streams.app import Topics
-from streams.handling import DeadLetters, describe_validation_error, with_retries
+from streams.handling import DeadLetters, with_retries
 
 STAGE = "memorize"
 
@@ -139,23 +138,14 @@ class Memorizer:
 def register_memorize(
     app: faust.App, topics: Topics, memorizer: Memorizer, metrics: Metrics
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics)
+    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.encoded)
 
     @app.agent(topics.encoded, name="memstream.memorize")
     async def memorize(stream: faust.StreamT[bytes]) -> None:
         async for message in stream.events():
             started = time.perf_counter()
-            try:
-                encoded = EncodedEvent.model_validate_json(message.value)
-            except ValidationError as exc:
-                await dead_letters.send(
-                    stage=STAGE,
-                    reason=describe_validation_error(exc),
-                    source_topic=topics.encoded.get_topic_name(),
-                    key=message.key,
-                    value=message.value,
-                    reason_class="validation",
-                )
+            encoded = await dead_letters.decode(EncodedEvent, message.key, message.value)
+            if encoded is None:
                 continue
             try:
                 decision = await with_retries(partial(memorizer.decide, encoded), stage=STAGE)
@@ -170,14 +160,7 @@ def register_memorize(
                     metrics.triggers.labels(trigger.reason).inc()
                 await with_retries(partial(memorizer.apply, decision), stage=STAGE)
             except Exception as exc:
-                await dead_letters.send(
-                    stage=STAGE,
-                    reason=f"processing failed: {exc!r}",
-                    source_topic=topics.encoded.get_topic_name(),
-                    key=message.key,
-                    value=message.value,
-                    reason_class="poison",
-                )
+                await dead_letters.poison(exc, message.key, message.value)
                 continue
             metrics.events.labels(STAGE, "ok").inc()
             metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import faust
-from pydantic import ValidationError
 
 from memory.consolidation import merge_memory
 from memory.ranking import memory_text
@@ -26,7 +25,7 @@ from stores.llm import Consolidator
 from stores.longterm import LongTermStore, memory_point_id
 from stores.redis_state import RedisState
 from streams.app import Topics
-from streams.handling import DeadLetters, describe_validation_error, with_retries
+from streams.handling import DeadLetters, with_retries
 
 STAGE = "consolidate"
 
@@ -150,7 +149,7 @@ def register_consolidate(
     batch_size: int,
     within_s: float,
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics)
+    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.triggers)
 
     @app.agent(topics.triggers, name="memstream.consolidate")
     async def consolidate(stream: faust.StreamT[bytes]) -> None:
@@ -159,17 +158,8 @@ def register_consolidate(
             triggers: list[RecurrenceTrigger] = []
             raw_by_id: dict[str, tuple[bytes | None, bytes]] = {}
             for message in batch:
-                try:
-                    trigger = RecurrenceTrigger.model_validate_json(message.value)
-                except ValidationError as exc:
-                    await dead_letters.send(
-                        stage=STAGE,
-                        reason=describe_validation_error(exc),
-                        source_topic=topics.triggers.get_topic_name(),
-                        key=message.key,
-                        value=message.value,
-                        reason_class="validation",
-                    )
+                trigger = await dead_letters.decode(RecurrenceTrigger, message.key, message.value)
+                if trigger is None:
                     continue
                 triggers.append(trigger)
                 raw_by_id[trigger.trigger_id] = (message.key, message.value)
@@ -182,14 +172,7 @@ def register_consolidate(
                 if isinstance(result, BaseException):
                     for trigger_id in job.trigger_ids:
                         key, value = raw_by_id[trigger_id]
-                        await dead_letters.send(
-                            stage=STAGE,
-                            reason=f"consolidation failed: {result!r}",
-                            source_topic=topics.triggers.get_topic_name(),
-                            key=key,
-                            value=value,
-                            reason_class="poison",
-                        )
+                        await dead_letters.poison(result, key, value)
                     continue
                 metrics.events.labels(STAGE, "ok").inc(len(job.trigger_ids))
                 if result is not None:
