@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
+from tokenizers.pre_tokenizers import BertPreTokenizer
 
 if TYPE_CHECKING:
     from memstream.settings import EncoderSettings
@@ -184,6 +185,12 @@ class OnnxEncoder:
             chunk = order[start : start + self.batch_size]
             out[chunk] = self._embed([encodings[i] for i in chunk])
         return out
+
+    @property
+    def counts_by_line(self) -> bool:
+        """True when a text's token count is the sum of its lines' counts (BERT-style
+        pre-tokenizers never make a token across whitespace), so counts can be memoised."""
+        return isinstance(self._counter.pre_tokenizer, BertPreTokenizer)
 
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text`` by this encoder's tokenizer, untruncated, without special tokens."""

@@ -3,15 +3,19 @@ and `open_longterm`, which picks a backend from settings.
 
 Backends: `stores.qdrant_edge_store` (Qdrant Edge in-process, the embedded default) and
 `stores.qdrant_client_store` (qdrant-client against a server, or its `:memory:` local
-mode). Both store the same thing: one point per memory, id = `memory_id`, the memory's
-JSON dump as payload, payload indexes on `PAYLOAD_INDEXES`. `tests/integration/
+mode). Both store one point per memory, id = `memory_id`, with payload indexes on
+`PAYLOAD_INDEXES`. The payload is either the memory's structured JSON dump (the client
+backend: browsable in Qdrant's UI) or, compact, only the indexed fields plus the whole
+memory as one JSON string in `MEMORY_JSON_FIELD` (Edge: its bindings convert payloads
+value by value, so one string instead of a nested tree makes writes and reads several
+times faster). `from_payload` reads both forms. `tests/integration/
 test_longterm_contract.py` runs one contract suite against both and compares them.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +35,11 @@ PAYLOAD_INDEXES: tuple[tuple[str, bool], ...] = (
     ("key", False),
     ("keys", False),
 )
+
+# The compact payload's copy of the whole memory (a JSON string, never indexed).
+MEMORY_JSON_FIELD = "memory_json"
+
+Payload = dict[str, Any]
 
 
 def memory_point_id(tenant_id: str, user_id: str, key: str) -> str:
@@ -132,31 +141,52 @@ def as_vector(vector: np.ndarray, dim: int | None) -> list[float]:
 
 
 def prepare_points(
-    memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]], dim: int | None
-) -> list[tuple[str, list[float], dict[str, Any]]]:
+    memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]],
+    dim: int | None,
+    payload: Callable[[ConsolidatedMemory], Payload] | None = None,
+) -> list[tuple[str, list[float], Payload]]:
     """Validated (id, vector, payload) triples, one per memory id, the last occurrence winning.
 
     Deduplicating here keeps "last wins" true for both backends: what a single batch with
-    a repeated id does is not something either engine documents.
+    a repeated id does is not something either engine documents. `payload` builds each
+    point's payload (default: the structured `to_payload`).
     """
-    by_id: dict[str, tuple[str, list[float], dict[str, Any]]] = {}
+    make_payload = payload or to_payload
+    by_id: dict[str, tuple[str, list[float], Payload]] = {}
     for memory, vector in memories:
         if canonical_id(memory.memory_id) is None:
             raise ValueError(f"memory_id must be a canonical UUID string: {memory.memory_id!r}")
         by_id.pop(memory.memory_id, None)  # re-insert so batch order follows the last write
-        by_id[memory.memory_id] = (memory.memory_id, as_vector(vector, dim), to_payload(memory))
+        by_id[memory.memory_id] = (memory.memory_id, as_vector(vector, dim), make_payload(memory))
     return list(by_id.values())
 
 
-def to_payload(memory: ConsolidatedMemory) -> dict[str, Any]:
+def to_payload(memory: ConsolidatedMemory) -> Payload:
+    """The structured payload: every field of the memory as JSON values."""
     return memory.model_dump(mode="json")
 
 
-def from_payload(payload: dict[str, Any] | None) -> ConsolidatedMemory:
+def to_compact_payload(memory: ConsolidatedMemory) -> Payload:
+    """The indexed fields as values, the whole memory as one JSON string beside them."""
+    return {
+        "tenant_id": memory.tenant_id,
+        "user_id": memory.user_id,
+        "key": memory.key,
+        "keys": list(memory.keys),
+        MEMORY_JSON_FIELD: memory.model_dump_json(),
+    }
+
+
+def from_payload(payload: Payload | None) -> ConsolidatedMemory:
+    """The memory in a payload of either form (compact or structured)."""
+    if payload is not None:
+        dumped = payload.get(MEMORY_JSON_FIELD)
+        if isinstance(dumped, str):
+            return ConsolidatedMemory.model_validate_json(dumped)
     return ConsolidatedMemory.model_validate(payload or {})
 
 
-def owned_by(payload: dict[str, Any] | None, tenant_id: str, user_id: str) -> bool:
+def owned_by(payload: Payload | None, tenant_id: str, user_id: str) -> bool:
     """Reads by id bypass filters, so the owner is checked on the payload itself."""
     return (
         payload is not None

@@ -1,0 +1,255 @@
+"""The retrieval fast paths give the answers of the plain ones.
+
+- Short-term turns read lazily (embeddings first, JSON of the few that can rank) give the
+  same items and context as reading, parsing and ranking every turn.
+- The token counter memoised by line counts what the encoder's tokenizer counts.
+- The micro-batching query encoder returns what one-at-a-time encoding returns, encodes
+  concurrent texts in shared calls, and hands every caller its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from memory.ranking import Candidate, assemble_context, rank, turn_text
+from memory.text import extract_entities
+from memory.vectors import cosine_to_rows
+from memstream.metrics import Metrics
+from memstream.settings import EncoderSettings, Settings
+from rpc.retrieval import (
+    KEY_MATCH_RELEVANCE,
+    QueryEncoder,
+    Retriever,
+    TokenCounter,
+    _memory_candidate,
+)
+from schemas import ConsolidatedMemory, RetrieveRequest, StoredTurn
+from stores.embedded import EmbeddedRedis
+from stores.encoder import OnnxEncoder
+from stores.longterm import memory_point_id
+from stores.qdrant_edge_store import QdrantEdgeStore
+from stores.redis_state import RedisState, TurnWithVector, UserUpdate
+
+pytestmark = pytest.mark.integration
+
+DIM = 384  # the real encoder's
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+
+class RecordingEncoder(OnnxEncoder):
+    """The real encoder, recording the texts of each encode call (and failing on demand)."""
+
+    calls: list[list[str]]
+    fail: bool
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        if self.fail:
+            raise RuntimeError("encoder down")
+        return super().encode(texts)
+
+
+def recording_encoder(fail: bool = False) -> RecordingEncoder:
+    encoder = RecordingEncoder.from_settings(EncoderSettings())
+    encoder.calls, encoder.fail = [], fail
+    return encoder
+
+
+@pytest.fixture
+async def stores(
+    redis_server: EmbeddedRedis, tmp_path: Path
+) -> AsyncIterator[tuple[RedisState, QdrantEdgeStore]]:
+    state = RedisState.from_url(redis_server.url, prefix=f"fp{tmp_path.name[-8:]}")
+    longterm = QdrantEdgeStore(tmp_path / "shard")
+    await longterm.ensure_collection(DIM)
+    yield state, longterm
+    await longterm.close()
+    await state.close()
+
+
+async def _seed(
+    state: RedisState, longterm: QdrantEdgeStore, user: str, rng: np.random.Generator
+) -> None:
+    base = rng.standard_normal((6, DIM)).astype(np.float32)
+    for i in range(120):
+        # Few distinct directions and repeated timestamps: ties on score and on time.
+        v = base[i % 6] + (0.0 if i % 4 else 0.3) * rng.standard_normal(DIM)
+        turn = StoredTurn(
+            event_id=f"ev{i:03d}",
+            session_id=f"s{i // 30}",
+            role="user",
+            text=f"turn {i} about order A-{i % 7}",
+            ts=T0 + timedelta(minutes=i // 12),
+        )
+        vector = (v / np.linalg.norm(v)).astype(np.float32)
+        await state.apply("acme", user, UserUpdate(turn.event_id, turn, vector))
+    memories = []
+    for j in range(6):
+        memory = ConsolidatedMemory(
+            memory_id=memory_point_id("acme", user, f"topic:{j}"),
+            tenant_id="acme",
+            user_id=user,
+            key=f"topic:{j}",
+            title=f"Topic {j}",
+            keys=[f"topic:{j}", f"order:A-1029{j}"],
+            strength=0.5 + j / 10,
+            created_at=T0,
+            updated_at=T0 + timedelta(hours=j),
+            # Memories cover many of the best turns: the lazy read must look past them.
+            source_event_ids=[f"ev{i:03d}" for i in range(120) if i % 6 == j][1::2],
+        )
+        memories.append((memory, base[j] / np.linalg.norm(base[j])))
+    await longterm.upsert(memories)
+
+
+async def _all_recent_turns(retriever: Retriever, tenant: str, user: str) -> list[TurnWithVector]:
+    """Every recent turn read and parsed, the way retrieval read them before."""
+    state = retriever.state
+    recent = await state.recent_embeddings(tenant, user, retriever.short_term_candidates)
+    return await state.turns(tenant, user, recent.ids)
+
+
+async def _eager(
+    retriever: Retriever, user: str, request: RetrieveRequest
+) -> tuple[list[tuple[str, float]], str]:
+    """What retrieval gave before: every turn read, parsed and ranked."""
+    vector = await retriever.queries.encode(request.query)
+    turns = await _all_recent_turns(retriever, "acme", user)
+    scored = await retriever.longterm.search("acme", user, vector, request.top_k)
+    keys = extract_entities(request.query)
+    keyed = await retriever.longterm.find_by_keys("acme", user, keys, request.top_k)
+    candidates = {m.memory_id: _memory_candidate(m, KEY_MATCH_RELEVANCE) for m in keyed}
+    for h in scored:
+        candidates.setdefault(h.memory.memory_id, _memory_candidate(h.memory, h.score))
+    sims = cosine_to_rows(vector, np.stack([t.vector for t in turns]))
+    for t, sim in zip(turns, sims, strict=True):
+        candidates[t.turn.event_id] = Candidate(
+            "turn",
+            t.turn.event_id,
+            turn_text(t.turn),
+            float(sim),
+            1.0,
+            t.turn.ts,
+            (t.turn.event_id,),
+        )
+    ranked = rank(list(candidates.values()), request.top_k)
+    context, used = assemble_context(
+        ranked, request.budget_tokens, retriever.queries.encoder.count_tokens
+    )
+    return [(c.id, round(s, 6)) for c, s in used], context
+
+
+@pytest.mark.parametrize("top_k", [1, 5, 12, 40])
+async def test_lazy_short_term_read_ranks_like_reading_everything(
+    stores: tuple[RedisState, QdrantEdgeStore], top_k: int
+) -> None:
+    state, longterm = stores
+    await _seed(state, longterm, "u1", np.random.default_rng(top_k))
+    retriever = Retriever(
+        queries=QueryEncoder(recording_encoder()),
+        state=state,
+        longterm=longterm,
+        metrics=Metrics(CollectorRegistry()),
+        short_term_candidates=100,
+    )
+    kinds = set()
+    for query in ["where is my parcel", "status of order A-10293", "turn 7", "hello", "x y z"]:
+        request = RetrieveRequest(user_id="u1", query=query, top_k=top_k, budget_tokens=4096)
+        got = await retriever.retrieve("acme", request)
+        items, context = await _eager(retriever, "u1", request)
+        assert [(i.id, i.score) for i in got.items] == items
+        assert got.context == context
+        kinds |= {i.kind for i in got.items}
+    assert kinds == {"memory", "turn"}
+
+
+async def test_user_without_turns_or_memories_gets_an_empty_answer(
+    stores: tuple[RedisState, QdrantEdgeStore],
+) -> None:
+    state, longterm = stores
+    retriever = Retriever(
+        queries=QueryEncoder(recording_encoder()),
+        state=state,
+        longterm=longterm,
+        metrics=Metrics(CollectorRegistry()),
+        short_term_candidates=500,
+    )
+    got = await retriever.retrieve("acme", RetrieveRequest(user_id="nobody", query="hello"))
+    assert (got.items, got.context, got.context_tokens) == ([], "", 0)
+
+
+async def test_lazy_read_skips_turns_that_expired(
+    stores: tuple[RedisState, QdrantEdgeStore],
+) -> None:
+    state, longterm = stores
+    await _seed(state, longterm, "u2", np.random.default_rng(3))
+    retriever = Retriever(
+        queries=QueryEncoder(recording_encoder()),
+        state=state,
+        longterm=longterm,
+        metrics=Metrics(CollectorRegistry()),
+        short_term_candidates=500,
+    )
+    request = RetrieveRequest(user_id="u2", query="where is my parcel", top_k=8)
+    before = await retriever.retrieve("acme", request)
+    gone = [i.id for i in before.items if i.kind == "turn"][:2]
+    await state.redis.delete(*(state._key("acme", "u2", "turn", g) for g in gone))
+    after = await retriever.retrieve("acme", request)
+    assert not {i.id for i in after.items} & set(gone)
+    items, _ = await _eager(retriever, "u2", request)
+    assert [(i.id, i.score) for i in after.items] == items
+
+
+async def test_query_encoder_batches_concurrent_texts() -> None:
+    encoder = recording_encoder()
+    queries = QueryEncoder(encoder, max_batch=8, max_wait_s=0.01)
+    texts = [f"question {i}" for i in range(20)] + ["question 3"]  # one asked twice at once
+    vectors = await asyncio.gather(*(queries.encode(t) for t in texts))
+    alone = encoder.encode(texts)
+    encoder.calls.pop()
+    assert np.allclose(np.stack(vectors), alone)
+    assert sorted(t for call in encoder.calls for t in call) == sorted(set(texts))
+    assert len(encoder.calls) == 3  # 20 distinct texts in batches of at most 8
+    assert all(len(call) <= 8 for call in encoder.calls)
+    calls = len(encoder.calls)
+    again = await queries.encode("question 5")  # cached
+    assert len(encoder.calls) == calls
+    assert np.array_equal(again, vectors[5])
+
+
+async def test_query_encoder_errors_reach_every_caller_and_it_recovers() -> None:
+    encoder = recording_encoder(fail=True)
+    queries = QueryEncoder(encoder, max_wait_s=0.001)
+    results = await asyncio.gather(
+        *(queries.encode(f"q{i}") for i in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, RuntimeError) for r in results)
+    encoder.fail = False
+    assert (await queries.encode("q1")).shape == (DIM,)
+
+
+def test_token_counter_counts_like_the_encoder() -> None:
+    encoder = OnnxEncoder.from_settings(Settings().encoder)
+    counter = TokenCounter(encoder)
+    assert counter.by_line  # the default model's BERT tokenizer: counted line by line
+    lines = [
+        "## Memories",
+        "Delayed parcel (updated 2026-03-02 09:00)",
+        "- Open: call back the customer (due 2026-03-04 09:00)",
+        "[2026-03-02 09:01] customer (session s1): Où est ma commande A-10293 ? 我的订单在哪里",
+        "e-mail: ana@example.com, tel +34 600 123 456, naïve café, ﬁ ligature, emoji 📦",
+        "x" * 300,
+        "",
+    ]
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        picked = rng.choice(len(lines), size=int(rng.integers(1, 12)))
+        text = "\n".join(lines[i] for i in picked)
+        assert counter(text) == encoder.count_tokens(text), text
