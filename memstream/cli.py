@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging.config
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -14,6 +14,9 @@ from rich.console import Console
 from memstream.logs import logging_config
 from memstream.settings import DEMO_API_KEY, Settings
 from memstream.wiring import ALL_ROLES, Role
+
+if TYPE_CHECKING:  # runtime pulls in faust: imported only by the commands that run it
+    from memstream.runtime import Job, RunningProcess
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 schemas_cli = typer.Typer(no_args_is_help=True, help="JSON Schema of every topic and RPC body.")
@@ -33,10 +36,10 @@ def _settings(port: int | None = None) -> Settings:
     return settings
 
 
-def _run(settings: Settings, roles: frozenset[Role], job: object = None) -> None:
+def _run(settings: Settings, roles: frozenset[Role], job: Job | None = None) -> None:
     from memstream.runtime import run_process
 
-    raise typer.Exit(run_process(settings, roles, job=job))  # type: ignore[arg-type]
+    raise typer.Exit(run_process(settings, roles, job=job))
 
 
 @cli.command()
@@ -49,11 +52,9 @@ def up(
     """Start the embedded stack and every role in this process; serve until Ctrl-C."""
     settings = _settings(port)
 
-    async def announce(running: object) -> int:
+    async def announce(running: RunningProcess) -> int:
         from memstream.demo import replay_sample
-        from memstream.runtime import RunningProcess
 
-        assert isinstance(running, RunningProcess)
         await running.api_ready.wait()
         if replay is not None:
             await replay_sample(running, replay)
