@@ -89,6 +89,28 @@ _ZH_FILLER_PHRASES = (
 # Particles and pronouns: a turn made only of these and filler phrases says nothing.
 _ZH_FILLER_CHARS = frozenset("嗯哦噢啊呀呢吧吗么哈嘿喂了的我你您")
 
+# A support agent's conversational frame: self-introductions, offers of help, sign-offs.
+# Every session opens and closes with them, so without this they would recur across
+# sessions and fire consolidation on nothing. Removed before content words are counted.
+_AGENT_FRAME = re.compile(
+    r"""
+      \b(?:welcome\s+to|this\s+is\s+\w+\s+from)\s+[\w' ]{1,40}?\s+(?:support|team|service)\b
+    | \b(?:this\s+is|my\s+name\s+is)\s+\w+\b
+    | \b\w+\s+here\b(?=\s*[.!,])
+    | \b(?:how|what)\s+can\s+i\s+(?:help|do\s+for)(?:\s+you)?(?:\s+with)?(?:\s+today)?\b
+    | \b(?:is\s+there\s+)?anything\s+else(?:\s+i\s+can\s+help(?:\s+you)?\s+with)?(?:\s+today)?\b
+    | \b(?:you'?re|you\s+are)\s+(?:very\s+|most\s+)?welcome\b
+    | \bmy\s+pleasure\b
+    | \bthanks?(?:\s+you)?(?:\s+(?:so|very)\s+much)?\s+for
+          \s+(?:your\s+patience|letting\s+(?:us|me)\s+know|asking|reaching\s+out|waiting)\b
+    | \b(?:have\s+a\s+)?(?:nice|great|good|lovely)\s+(?:day|evening|weekend|afternoon)\b
+    | \b(?:take\s+care|speak\s+(?:soon|tomorrow|later))\b
+    | \b(?:glad|great|good|wonderful|nice)\s+to\s+hear(?:\s+(?:it|that))?\b
+    | 请问有什么可以帮(?:您|你)的?|还有其他(?:问题|需要)吗|祝您愉快|祝你愉快
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+
 _MIN_CONTENT_WORDS = 3
 _MIN_CJK_CONTENT_CHARS = 4
 
@@ -139,14 +161,17 @@ def _cjk_content_chars(text: str) -> int:
 def is_salient(text: str) -> bool:
     """Whether a turn carries information worth remembering (RecMem's salience filter).
 
-    False for greetings, thanks, acknowledgements, emoji or punctuation only, and very short
-    turns: fewer than 3 content words and fewer than 4 meaningful CJK characters. A turn that
+    False for greetings, thanks, acknowledgements, an agent's conversational frame ("Hi,
+    this is Maria from Brightside Home support. How can I help?"), emoji or punctuation
+    only, and very short turns: fewer than 3 content words and fewer than 4 meaningful CJK
+    characters once the frame is removed. A turn that
     names an entity (an order number, an email...) is always salient, however short: "order
     55123" is exactly what memory is for.
     """
     normalised = _normalise(text)
     if extract_entities(normalised):
         return True
+    normalised = _AGENT_FRAME.sub(" ", normalised)
     words = [t for t in tokenize(normalised) if t not in _FILLER_WORDS and not _CJK_RE.match(t)]
     if len(words) >= _MIN_CONTENT_WORDS:
         return True

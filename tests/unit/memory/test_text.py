@@ -69,6 +69,36 @@ def test_a_short_turn_naming_an_entity_is_salient(text: str) -> None:
     assert is_salient(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hi, welcome to Brightside Home support! My name is Maria. How can I help you today?",
+        "Hello, this is Tom from Brightside Home support. What can I do for you?",
+        "Hi Ana, Maria here. How can I help?",
+        "Anything else I can help you with?",
+        "You're welcome. Have a nice day!",
+        "Thanks for your patience. Anything else?",
+        "Great to hear, thanks for letting us know!",
+        "你好！请问有什么可以帮您？",
+        "还有其他问题吗？",
+    ],
+)
+def test_an_agents_conversational_frame_is_not_salient(text: str) -> None:
+    assert not is_salient(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hi, this is Maria. I've refunded the second charge for your kettle today.",
+        "Thanks for your patience: the replacement ships on Friday by express courier.",
+        "Anything else? I've also updated your delivery address to Lindenstrasse.",
+    ],
+)
+def test_content_inside_an_agents_frame_stays_salient(text: str) -> None:
+    assert is_salient(text)
+
+
 # --- remember requests ---------------------------------------------------------------------
 
 
