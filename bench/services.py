@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import psutil
 
+from memstream.replay import handled_events, unsettled_triggers
 from memstream.settings import DEMO_API_KEY
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
@@ -99,14 +100,10 @@ class Samples:
         )
 
     def handled(self) -> float:
-        """Events that left the processors: memorized, duplicates, or dead-lettered."""
-        return self.get("memstream_events_total", stage="memorize") + self.get(
-            "memstream_events_total", stage="encode", outcome="dlq"
-        )
+        return handled_events(self.get)
 
     def unsettled_triggers(self) -> float:
-        done = self.get("memstream_events_total", stage="consolidate")
-        return self.get("memstream_triggers_total") - done
+        return unsettled_triggers(self.get)
 
 
 @dataclass

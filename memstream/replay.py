@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
 from rich.progress import Progress
 
 from memstream.metrics import Metrics
@@ -43,9 +45,33 @@ async def replay_file(
     return len(lines)
 
 
-def _total(metrics: Metrics, name: str, **labels: str) -> float:
-    value = metrics.registry.get_sample_value(name, labels)
-    return value or 0.0
+# A source of counter totals: (metric name, **labels) -> sum of the samples that match.
+# The process's own registry and a scraped /metrics page both provide one.
+CountFn = Callable[..., float]
+
+
+def registry_counts(registry: CollectorRegistry) -> CountFn:
+    def count(name: str, **labels: str) -> float:
+        return sum(
+            sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    return count
+
+
+def handled_events(count: CountFn) -> float:
+    """Events that left the processors: memorized (new or duplicate) or dead-lettered."""
+    return count("memstream_events_total", stage="memorize") + count(
+        "memstream_events_total", stage="encode", outcome="dlq"
+    )
+
+
+def unsettled_triggers(count: CountFn) -> float:
+    """Triggers emitted and not yet consolidated (or dead-lettered) by the consolidator."""
+    return count("memstream_triggers_total") - count("memstream_events_total", stage="consolidate")
 
 
 async def wait_until_settled(
@@ -55,33 +81,18 @@ async def wait_until_settled(
 
     Reads the process's own counters, so it works only where all roles share one process.
     """
+    count = registry_counts(metrics.registry)
     deadline = time.monotonic() + timeout_s
     last_change = time.monotonic()
     last: tuple[float, ...] = ()
     while time.monotonic() < deadline:
-        handled = sum(
-            _total(metrics, "memstream_events_total", stage=stage, outcome=outcome)
-            for stage, outcome in (
-                ("memorize", "ok"),
-                ("memorize", "duplicate"),
-                ("memorize", "dlq"),
-                ("encode", "dlq"),
-            )
-        )
-        triggers = sum(
-            _total(metrics, "memstream_triggers_total", reason=r)
-            for r in ("semantic", "cluster", "entity", "pin")
-        )
-        consolidated = _total(metrics, "memstream_events_total", stage="consolidate", outcome="ok")
-        consolidated += _total(
-            metrics, "memstream_events_total", stage="consolidate", outcome="dlq"
-        )
-        now_state = (handled, triggers, consolidated)
+        now_state = (handled_events(count), unsettled_triggers(count))
         if now_state != last:
             last, last_change = now_state, time.monotonic()
+        handled, unsettled = now_state
         if (
             handled >= expected_events
-            and consolidated >= triggers
+            and unsettled <= 0
             and (time.monotonic() - last_change >= quiet_s)
         ):
             return True

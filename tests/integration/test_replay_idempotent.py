@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from bench.services import Samples
 from memstream.demo import SAMPLE_STREAM
-from memstream.replay import replay_file
+from memstream.replay import replay_file, unsettled_triggers
 from memstream.settings import Settings
 from schemas import InteractionEvent
 from stores.longterm import open_longterm
@@ -89,13 +90,5 @@ def test_replay_twice_across_restart(
 def _idle(process: MemstreamProcess) -> bool:
     """True when every emitted trigger has been consolidated (read from /metrics)."""
     with process.client() as http:
-        text = http.get("/metrics").text
-
-    def total(prefix: str) -> float:
-        return sum(
-            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
-        )
-
-    triggers = total("memstream_triggers_total{")
-    done = total('memstream_events_total{outcome="ok",stage="consolidate"}')
-    return done >= triggers
+        scraped = Samples(http.get("/metrics").text)
+    return unsettled_triggers(scraped.get) <= 0
