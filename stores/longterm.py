@@ -80,9 +80,10 @@ class LongTermStore(Protocol):
 
     async def upsert(self, memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]]) -> None: ...
 
-    async def get(
-        self, tenant_id: str, user_id: str, memory_id: str
-    ) -> ConsolidatedMemory | None: ...
+    async def get(self, tenant_id: str, user_id: str, memory_id: str) -> ConsolidatedMemory | None:
+        """One memory by id (the backends inherit this: it is ``get_many`` of one)."""
+        found = await self.get_many(tenant_id, user_id, [memory_id])
+        return found[0] if found else None
 
     async def get_many(
         self, tenant_id: str, user_id: str, memory_ids: Sequence[str]

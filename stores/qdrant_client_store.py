@@ -17,6 +17,7 @@ from qdrant_client import AsyncQdrantClient, models
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
     PAYLOAD_INDEXES,
+    LongTermStore,
     ScoredMemory,
     as_vector,
     canonical_id,
@@ -39,7 +40,7 @@ def _owner_filter(tenant_id: str | None, user_id: str | None) -> list[models.Con
     return conditions
 
 
-class QdrantClientStore:
+class QdrantClientStore(LongTermStore):
     """`LongTermStore` on one collection reached through `AsyncQdrantClient`."""
 
     def __init__(
@@ -117,10 +118,6 @@ class QdrantClientStore:
         return found
 
     # --- reads ---------------------------------------------------------------------
-
-    async def get(self, tenant_id: str, user_id: str, memory_id: str) -> ConsolidatedMemory | None:
-        found = await self.get_many(tenant_id, user_id, [memory_id])
-        return found[0] if found else None
 
     async def get_many(
         self, tenant_id: str, user_id: str, memory_ids: Sequence[str]

@@ -53,6 +53,7 @@ from qdrant_edge import (
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
     PAYLOAD_INDEXES,
+    LongTermStore,
     ScoredMemory,
     as_vector,
     canonical_id,
@@ -98,7 +99,7 @@ def _owner_filter(tenant_id: str | None, user_id: str | None) -> list[ConditionT
     return conditions
 
 
-class QdrantEdgeStore:
+class QdrantEdgeStore(LongTermStore):
     """`LongTermStore` on one EdgeShard stored under `path`."""
 
     def __init__(
@@ -225,10 +226,6 @@ class QdrantEdgeStore:
         return found
 
     # --- reads ---------------------------------------------------------------------
-
-    async def get(self, tenant_id: str, user_id: str, memory_id: str) -> ConsolidatedMemory | None:
-        found = await self.get_many(tenant_id, user_id, [memory_id])
-        return found[0] if found else None
 
     async def get_many(
         self, tenant_id: str, user_id: str, memory_ids: Sequence[str]
