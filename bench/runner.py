@@ -42,7 +42,14 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from bench.core import HEADLINE_ROWS, Context, Result, Row
 
 # Run in this order; a module not written yet is skipped with a note.
-BENCHMARKS: tuple[str, ...] = ("ingest", "resources", "retrieval_latency", "quality")
+BENCHMARKS: tuple[str, ...] = (
+    "ingest",
+    "resources",
+    "retrieval_latency",
+    "quality",
+    "clustering",
+    "cost",  # after resources: its "LLM calls per event" row (gated vs eager) is the headline
+)
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = Path(os.environ.get("MEMSTREAM_SHARED_BENCH", REPO.parent / "shared" / "bench"))
 VERSIONED = (

@@ -124,7 +124,7 @@ class Memstream:
 
     @property
     def metrics_url(self) -> str:
-        return f"{self.url}/metrics" if self.command == "up" else f"{self.url}/"
+        return f"{self.url}/metrics"
 
     @property
     def ps(self) -> psutil.Process:

@@ -15,7 +15,12 @@ entity comes back. Four signals, checked for every salient (or pinned) turn:
   distinct sessions.
 
 Entity and cluster keys keep a ``KeyState``; after a key fires it waits for new evidence
-(hysteresis): ``refire_new_turns`` new turns, or a turn from a session the key has not seen.
+(hysteresis): an entity ``refire_new_turns`` new turns, or a turn from a session the key has
+not seen; a topic ``topic_refire_new_turns`` new turns (a topic recurs in most sessions of a
+long conversation, so a new session alone is not news).
+A turn naming an entity that already has a memory (its key has fired) leaves topic
+triggers to it (one memory about one conversation, not two): the topic's evidence is
+used up all the same.
 
 Trigger scores (the consolidated memory's starting strength is derived from them):
 semantic = mean similarity x count / ``min_similar`` (>= the bound times 1 when it fires);
@@ -39,11 +44,11 @@ import numpy as np
 
 from memory.vectors import FloatArray, cosine_to_rows, normalize
 
-Reason = Literal["semantic", "cluster", "entity", "pin"]
+Reason = Literal["semantic", "cluster", "entity", "pin", "eager"]
 
 # When several signals fire for one key in one call, one trigger is kept: an explicit request
 # first, then the most specific evidence.
-_PRIORITY: dict[Reason, int] = {"pin": 0, "entity": 1, "semantic": 2, "cluster": 3}
+_PRIORITY: dict[Reason, int] = {"pin": 0, "entity": 1, "semantic": 2, "cluster": 3, "eager": 4}
 
 _SECONDS_PER_DAY = 86_400.0
 
@@ -56,15 +61,24 @@ class RecurrenceParams:
     entity_half_life_days: float = 14.0
     cluster_min_sessions: int = 3
     refire_new_turns: int = 2
+    topic_refire_new_turns: int = 10
     max_turn_ids: int = 40
     # How far below entity_min_turns a decayed count may be and still fire. Without it three
     # mentions an hour apart would score 2.99 and never fire; 0.5 means "the decayed count,
     # rounded to whole turns", so decay matters across weeks, not minutes.
     entity_count_slack: float = 0.5
+    # When an entity key fires on a turn, drop the topic (semantic / cluster) trigger of the
+    # same turn: both would consolidate the same conversation into two memories.
+    entity_subsumes_topic: bool = True
+    # The eager baseline of the cost benchmark: every turn triggers its own consolidation
+    # (key ``event:<id>``), the way systems without a recurrence gate work.
+    eager: bool = False
 
     def __post_init__(self) -> None:
-        if self.min_similar < 1 or self.cluster_min_sessions < 1 or self.refire_new_turns < 1:
+        if min(self.min_similar, self.cluster_min_sessions, self.refire_new_turns) < 1:
             raise ValueError("min_similar, cluster_min_sessions and refire_new_turns must be >= 1")
+        if self.topic_refire_new_turns < 1:
+            raise ValueError("topic_refire_new_turns must be >= 1")
         if self.max_turn_ids < 1:
             raise ValueError("max_turn_ids must be >= 1")
         if not -1.0 <= self.similarity <= 1.0:
@@ -133,6 +147,9 @@ def detect(
 ) -> Detection:
     """Decide what ``turn`` triggers, given the user's earlier unconsolidated salient turns
     (``pending``, newest last) and the state of the user's keys. Inputs are not modified."""
+    if params.eager:
+        spec = TriggerSpec(f"event:{turn.event_id}", "eager", 1.0, (turn.event_id,))
+        return Detection(triggers=(spec,), updated_keys={}, consumed_turn_ids=())
     if not (turn.salient or turn.pinned):
         # Salience filter: "ok", "thanks" count for nothing. (A fresh dict: callers may keep it.)
         return Detection(triggers=(), updated_keys={}, consumed_turn_ids=())
@@ -147,7 +164,7 @@ def detect(
     updated: dict[str, KeyState] = {}
     for entity in dict.fromkeys(turn.entities):  # unique, order kept
         key = entity_key(entity)
-        observed = _observe(keys.get(key), turn, now, params)
+        observed = _observe(keys.get(key), turn, now, params, topic=False)
         if observed is None:
             continue
         state, may_fire = observed
@@ -156,7 +173,7 @@ def detect(
             candidates.append(TriggerSpec(key, "entity", state.score, tuple(state.turn_ids)))
     if turn.cluster_id:
         key = topic_key(turn.cluster_id)
-        observed = _observe(keys.get(key), turn, now, params)
+        observed = _observe(keys.get(key), turn, now, params, topic=True)
         if observed is not None:
             state, may_fire = observed
             updated[key] = state
@@ -165,14 +182,24 @@ def detect(
                     TriggerSpec(key, "cluster", float(len(state.sessions)), tuple(state.turn_ids))
                 )
 
-    triggers = _one_per_key(candidates, turn.event_id, params.max_turn_ids)
-    for trigger in triggers:
+    fired = _one_per_key(candidates, turn.event_id, params.max_turn_ids)
+    for trigger in fired:
         if trigger.key in updated:
             _mark_fired(updated[trigger.key])
     consumed: tuple[str, ...] = ()
     if semantic is not None:
-        kept = next(t for t in triggers if t.key == semantic.key)
+        kept = next(t for t in fired if t.key == semantic.key)
         consumed = kept.turn_ids  # every turn the trigger carries has now been used
+    triggers = fired
+    # A turn naming an entity that has a memory (its key fired now or before) belongs to that
+    # memory: a topic trigger on it would write a second memory of the same conversation.
+    # The topic's evidence still counts as used (key marked fired, semantic turns consumed),
+    # so it waits for new evidence; the entity's memory takes the turn at its next firing.
+    entity_owned = any(
+        state.fired > 0 for key, state in updated.items() if key.startswith("entity:")
+    )
+    if params.entity_subsumes_topic and entity_owned:
+        triggers = tuple(t for t in fired if not t.key.startswith("topic:"))
     return Detection(triggers=triggers, updated_keys=updated, consumed_turn_ids=consumed)
 
 
@@ -203,7 +230,12 @@ def _semantic_trigger(
 
 
 def _observe(
-    previous: KeyState | None, turn: TurnSignal, now: float, params: RecurrenceParams
+    previous: KeyState | None,
+    turn: TurnSignal,
+    now: float,
+    params: RecurrenceParams,
+    *,
+    topic: bool,
 ) -> tuple[KeyState, bool] | None:
     """The key's state after one more mention, and whether hysteresis lets it fire.
 
@@ -228,7 +260,14 @@ def _observe(
     state.new_since_fire += 1
     # "A session not seen at the last fire" is approximated by "a session this key has not
     # seen before": exact for the first turn of every new session, which is what matters.
-    may_fire = state.fired == 0 or state.new_since_fire >= params.refire_new_turns or new_session
+    if topic:
+        # A topic recurs in most sessions of a long conversation: only a batch of new turns
+        # (not a new session alone) pays for consolidating it again.
+        may_fire = state.fired == 0 or state.new_since_fire >= params.topic_refire_new_turns
+    else:
+        may_fire = (
+            state.fired == 0 or state.new_since_fire >= params.refire_new_turns or new_session
+        )
     return state, may_fire
 
 

@@ -7,9 +7,10 @@ keys (entities) that embeddings are bad at (an order number must match exactly).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import date
 
 # CJK ideographs (incl. extension A and compatibility) and Japanese kana: scripts written
@@ -158,24 +159,53 @@ def _cjk_content_chars(text: str) -> int:
     return sum(1 for ch in cjk if ch not in _ZH_FILLER_CHARS)
 
 
-def is_salient(text: str) -> bool:
+def is_salient(text: str, common_phrases: Collection[str] = ()) -> bool:
     """Whether a turn carries information worth remembering (RecMem's salience filter).
 
     False for greetings, thanks, acknowledgements, an agent's conversational frame ("Hi,
     this is Maria from Brightside Home support. How can I help?"), emoji or punctuation
     only, and very short turns: fewer than 3 content words and fewer than 4 meaningful CJK
-    characters once the frame is removed. A turn that
+    characters once the frame is removed. Sentences whose ``phrase_keys`` fingerprint is in
+    ``common_phrases`` (said by many users of the tenant: a bot's canned lines, a
+    template) are removed first, so they count for nothing either. A turn that
     names an entity (an order number, an email...) is always salient, however short: "order
     55123" is exactly what memory is for.
     """
     normalised = _normalise(text)
     if extract_entities(normalised):
         return True
+    if common_phrases:
+        normalised = " ".join(
+            sentence
+            for sentence in _PHRASE_SPLIT.split(normalised)
+            if _phrase_key(sentence) not in common_phrases
+        )
     normalised = _AGENT_FRAME.sub(" ", normalised)
     words = [t for t in tokenize(normalised) if t not in _FILLER_WORDS and not _CJK_RE.match(t)]
     if len(words) >= _MIN_CONTENT_WORDS:
         return True
     return _cjk_content_chars(normalised) >= _MIN_CJK_CONTENT_CHARS
+
+
+# Phrase statistics: a sentence's fingerprint is its tokens (stopwords dropped, every number
+# one symbol), hashed. The memorize processor counts, per tenant, how many distinct users
+# said each fingerprint; those said by many are common phrases (see ``is_salient``).
+_PHRASE_SPLIT = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+_MIN_PHRASE_TOKENS = 2
+_MAX_PHRASES = 16  # per turn: a long paste is not a phrase list
+
+
+def _phrase_key(sentence: str) -> str | None:
+    tokens = ["0" if _HAS_DIGIT.search(t) else t for t in tokenize(sentence)]
+    if len(tokens) < _MIN_PHRASE_TOKENS:
+        return None
+    return hashlib.blake2b(" ".join(tokens).encode(), digest_size=8).hexdigest()
+
+
+def phrase_keys(text: str) -> list[str]:
+    """Fingerprints of the turn's sentences (2+ tokens each), unique, in text order."""
+    keys = (_phrase_key(s) for s in _PHRASE_SPLIT.split(_normalise(text)))
+    return list(dict.fromkeys(k for k in keys if k is not None))[:_MAX_PHRASES]
 
 
 # "remember"/"note" only in an imperative position, so "I remember buying it" or "do you
@@ -248,6 +278,9 @@ _TRACKING_ZH_RE = re.compile(
 _PRODUCT_MARKED_RE = re.compile(
     rf"(?<![A-Za-z])(?:sku|model|part|item|product)(?![A-Za-z]){_SEP}(?P<id>{_ID}){_NOT_AFTER}",
     re.IGNORECASE,
+)
+_PRODUCT_ZH_RE = re.compile(
+    rf"(?:型号|货号|商品编号|商品编码|产品编号|产品型号|款号)\s*(?:是|为)?[\s:#]*(?P<id>{_ID}){_NOT_AFTER}"
 )
 _CODE_TOKEN_RE = re.compile(rf"{_NOT_BEFORE}(?P<id>{_ID}){_NOT_AFTER}")
 
@@ -451,6 +484,7 @@ def extract_entities(text: str) -> list[str]:
     for pattern in (_DATE_ISO_RE, _DATE_MDY_RE, _DATE_DMY_RE, _DATE_ZH_RE):
         scanner.run(pattern, _date_key)
     scanner.run(_PRODUCT_MARKED_RE, _marked_product_key)
+    scanner.run(_PRODUCT_ZH_RE, _marked_product_key)
     scanner.run(_PHONE_RE, _phone_key)
     scanner.run(_CODE_TOKEN_RE, _code_token_key)
     return sorted(scanner.keys)

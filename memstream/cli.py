@@ -119,6 +119,95 @@ def replay(
 
 
 @cli.command()
+def rebuild(
+    name: Annotated[str, typer.Argument(help="The new generation's name (a-z, 0-9, '-').")],
+    redis_prefix: Annotated[
+        str | None, typer.Option(help="Its Redis prefix (default: <prefix>.<name>).")
+    ] = None,
+    collection: Annotated[
+        str | None, typer.Option(help="Its Qdrant collection (default: <collection>_<name>).")
+    ] = None,
+    encoder_model: Annotated[
+        Path | None, typer.Option(help="ONNX encoder for it (default: settings).")
+    ] = None,
+    encoder_sha256: Annotated[
+        str | None, typer.Option(help="That model's sha256 ('' skips the check).")
+    ] = None,
+    merge_threshold: Annotated[float | None, typer.Option(help="Cluster merge threshold.")] = None,
+    create_threshold: Annotated[
+        float | None, typer.Option(help="Cluster create threshold.")
+    ] = None,
+    switch: Annotated[bool, typer.Option(help="Make it active once built.")] = True,
+) -> None:
+    """Replay memstream.events from the start into a new generation of stores, then switch.
+
+    Settings of the new generation come from MEMSTREAM_* variables (e.g.
+    MEMSTREAM_RECURRENCE__MIN_SIMILAR) and these flags; run it again to resume.
+    """
+    from memstream.rebuild import plan_generation, run_rebuild
+
+    settings = _settings()
+    encoder = {
+        k: v
+        for k, v in (("model_path", encoder_model), ("model_sha256", encoder_sha256))
+        if v is not None
+    }
+    cluster = {
+        k: v
+        for k, v in (("merge_threshold", merge_threshold), ("create_threshold", create_threshold))
+        if v is not None
+    }
+    derived = settings.model_copy(
+        update={
+            "encoder": settings.encoder.model_copy(update=encoder),
+            "cluster": settings.cluster.model_copy(update=cluster),
+        }
+    )
+    try:
+        generation = plan_generation(
+            derived, name, redis_prefix=redis_prefix, collection=collection
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    raise typer.Exit(run_rebuild(settings, generation, switch=switch, console=console))
+
+
+@cli.command()
+def switch(
+    name: Annotated[str, typer.Argument(help="A built generation, or 'first' for the original.")],
+) -> None:
+    """Make a built generation the one the RPC serves (workers follow when restarted)."""
+    from memstream.rebuild import activate
+
+    settings = _settings()
+    if not settings.redis.url:
+        raise typer.BadParameter("no Redis: set MEMSTREAM_REDIS__URL")
+    try:
+        activate(settings.redis.url, settings.redis.prefix, "" if name == "first" else name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    console.print(f"active generation: {name}")
+
+
+@cli.command()
+def generations() -> None:
+    """The generations built by memstream rebuild, and which one is active."""
+    from memstream.rebuild import generations as recorded
+
+    settings = _settings()
+    if not settings.redis.url:
+        raise typer.BadParameter("no Redis: set MEMSTREAM_REDIS__URL")
+    found, active = recorded(settings.redis.url, settings.redis.prefix)
+    console.print(f"{'*' if not active else ' '} first  prefix {settings.redis.prefix}")
+    for g in found:
+        mark = "*" if g.name == active else " "
+        console.print(
+            f"{mark} {g.name}  {g.state}  prefix {g.redis_prefix}  collection {g.collection}"
+            f"  events {sum(g.log_end.values())}  model {g.encoder.get('model_path') or 'default'}"
+        )
+
+
+@cli.command()
 def search(
     user: Annotated[str, typer.Argument(help="User id.")],
     query: Annotated[str, typer.Argument(help="What the bot wants to know.")],
@@ -135,6 +224,22 @@ def search(
         console.print(f"[bold]{item.kind}[/] {item.score:.3f} {item.text}")
     header = f"context ({answer.context_tokens} tokens, {answer.took_ms} ms)"
     console.print(f"\n[dim]{header}:[/]\n{answer.context}")
+
+
+@cli.command()
+def forget(
+    user: Annotated[str, typer.Argument(help="User id.")],
+    url: Annotated[str, typer.Option(help="RPC base URL.")] = "http://127.0.0.1:8080",
+    api_key: Annotated[str, typer.Option(envvar="MEMSTREAM_API_KEY")] = DEMO_API_KEY,
+) -> None:
+    """Forget a user everywhere (Redis, Qdrant, pending triggers, in-flight events)."""
+    from rpc.client import MemoryClient
+
+    with MemoryClient(url, api_key) as client:
+        gone = client.forget(user)
+    console.print(
+        f"forgot {user}: {gone.redis_keys_deleted} Redis keys, {gone.memories_deleted} memories"
+    )
 
 
 @cli.command()
@@ -186,6 +291,18 @@ def export_schemas(
                 json.dumps(model.model_json_schema(), indent=2) + "\n"
             )
             console.print(f"wrote {out / (name + '.json')}")
+
+
+@schemas_cli.command("openapi")
+def export_openapi(
+    out: Annotated[Path, typer.Argument(help="Where to write the document.")] = Path(
+        "docs/openapi.json"
+    ),
+) -> None:
+    """Write the RPC's OpenAPI document (the one ``GET /openapi.json`` serves)."""
+    from rpc.openapi import write
+
+    console.print(f"wrote {write(out)}")
 
 
 def main() -> None:

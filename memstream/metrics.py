@@ -121,6 +121,14 @@ class Metrics:
             "users when there are many).",
             registry=registry,
         )
+        self.cluster_events = Counter(
+            "memstream_cluster_events_total",
+            "Clustering events, by kind: routing bands (merge, fuzzy, create, routed), fuzzy "
+            "buffer flushes, maintenance runs and their splits, merges and archives, LLM "
+            "routing calls (route_ok, route_error, route_limited).",
+            ["event"],
+            registry=registry,
+        )
         self.shortterm_turns = Gauge(
             "memstream_shortterm_turns",
             "Short-term turns kept in Redis over all users (sampled; estimated like clusters).",
@@ -130,6 +138,13 @@ class Metrics:
             "memstream_sample_errors_total",
             "Failed periodic samples of gauges, by sampler (lag, state, longterm, llm).",
             ["sampler"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "memstream_retries_total",
+            "Retried attempts, by stage and kind (outage: a store unreachable, retried with "
+            "backoff until it answers; error: retried, then dead-lettered after a bounded count).",
+            ["stage", "kind"],
             registry=registry,
         )
 

@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import faust
-from prometheus_client import start_http_server
+from fastapi import FastAPI
 
+from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
+from memstream.rebuild import GenerationFollower, with_active_generation
 from memstream.settings import Settings
 from memstream.wiring import Dependencies, Role, Stack, build_app
 from rpc.serving import make_server, start_api
@@ -39,30 +41,68 @@ class RunningProcess:
     api_ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def run_process(settings: Settings, roles: frozenset[Role], *, job: Job | None = None) -> int:
-    """Start the stack and a faust worker with ``roles``; block until Ctrl-C or ``job`` ends."""
+def run_process(
+    settings: Settings,
+    roles: frozenset[Role],
+    *,
+    job: Job | None = None,
+    generations: bool = True,
+) -> int:
+    """Start the stack and a faust worker with ``roles``; block until Ctrl-C or ``job`` ends.
+
+    With ``generations`` (every process but a rebuild's), the process runs as the active
+    generation (``memstream.rebuild``) and its API follows later switches.
+    """
     stack = Stack.start(settings)
+    health_server = None
     try:
+        base = settings
+        if generations:
+            settings = with_active_generation(base, stack.redis_url)
         metrics = Metrics()
         deps = Dependencies.build(settings, stack, metrics)
         app, _topics = build_app(deps, stack, roles)
         running = RunningProcess(settings, stack, deps, app)
         exit_code = [0]
         if "serve" in roles:
-            _serve_inside(running)
+            _serve_inside(running, follow=base if generations else None)
         elif settings.metrics_port:
-            start_http_server(
-                settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry
+            health = _health(running, roles)
+            health_server = serve_health(
+                health,
+                metrics.registry,
+                host=settings.metrics_host,
+                port=settings.metrics_port,
             )
         if job is not None:
             _run_job_inside(running, job, exit_code)
         code = _run_worker(app, settings.log_level)
         return exit_code[0] or code
     finally:
+        if health_server is not None:
+            health_server.shutdown()
         stack.stop()
 
 
-def _serve_inside(running: RunningProcess) -> None:
+def _health(running: RunningProcess, roles: frozenset[Role]) -> Health:
+    """Probes of a worker or consolidator: its loop, its consumer, the stores it writes."""
+    deps = running.deps
+    checks = {"redis": deps.state.ping}
+    if "consolidate" in roles:  # only the consolidator writes to Qdrant
+        checks["qdrant"] = deps.longterm.ping
+    health = Health(running.app, checks)
+    health.attach()
+    return health
+
+
+def _follow(api: FastAPI, base: Settings, redis_url: str, current: Settings) -> None:
+    """Keep the API on the active generation while it runs (see memstream.rebuild)."""
+    follower = GenerationFollower(api.state.deps, base, redis_url, current)
+    task = asyncio.ensure_future(follower.run())
+    api.state.generation_follower = (follower, task)  # held: a bare task may be collected
+
+
+def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
     deps = running.deps
 
     @running.app.task
@@ -75,6 +115,8 @@ def _serve_inside(running: RunningProcess) -> None:
             longterm=deps.longterm,
             metrics=deps.metrics,
         )
+        if follow is not None:
+            _follow(api, follow, running.stack.redis_url, running.settings)
         server = make_server(api, running.settings, guest=True)
         try:
             serving = asyncio.ensure_future(server.serve())
@@ -122,6 +164,7 @@ async def serve_standalone(settings: Settings) -> None:
 
     if not settings.kafka.broker or not settings.redis.url:
         raise SystemExit("memstream serve needs MEMSTREAM_KAFKA__BROKER and MEMSTREAM_REDIS__URL")
+    base, settings = settings, with_active_generation(settings, settings.redis.url)
     metrics = Metrics()
     state = open_state(settings, settings.redis.url)
     longterm = open_longterm(settings.qdrant, settings.data_dir)
@@ -133,6 +176,7 @@ async def serve_standalone(settings: Settings) -> None:
         longterm=longterm,
         metrics=metrics,
     )
+    _follow(api, base, settings.redis.url, settings)
     try:
         await make_server(api, settings, guest=False).serve()
     finally:

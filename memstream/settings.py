@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The documented demo key. It is only accepted while no other keys are configured.
 DEMO_API_KEY = "ms-demo-key"
 DEMO_TENANT = "demo"
+
+# Topics derived from memstream.events by one generation of the pipeline: a rebuild writes
+# its own. The others (events, feedback, control, dlq, reminders) are shared by every one.
+GENERATION_TOPICS = frozenset({"encoded", "triggers", "consolidated"})
 
 
 def hash_api_key(key: str) -> str:
@@ -34,6 +38,9 @@ class KafkaSettings(_Section):
     session_timeout_s: float = 3.0  # Tansu joins groups in ~half of it
     fetch_max_wait_ms: int = 100  # Tansu holds empty fetches this long (see streams/transport.py)
     topic_prefix: str = "memstream"
+    # A rebuilt generation's name (see memstream/rebuild.py): its derived topics and consumer
+    # groups carry it, so it never mixes with the generation serving now. "" = the first.
+    generation: str = ""
 
 
 class RedisSettings(_Section):
@@ -42,6 +49,9 @@ class RedisSettings(_Section):
     short_term_ttl_days: float = 7.0
     short_term_max_turns: int = 2000  # per user, oldest trimmed first
     processed_ttl_days: float = 30.0
+    # Forget tombstones outlive generations: every rebuild reads them under the base prefix
+    # ("" = ``prefix``), so a replayed log cannot bring a forgotten user back.
+    tombstone_prefix: str = ""
 
 
 class QdrantSettings(_Section):
@@ -62,8 +72,29 @@ class EncoderSettings(_Section):
 
 
 class ClusterSettings(_Section):
-    merge_threshold: float = 0.75
-    create_threshold: float = 0.65
+    # Calibrated for all-MiniLM-L6-v2 (bench/clustering.py): CLAG's 0.75 / 0.65 split one
+    # topic's paraphrases into ~7 clusters here. Another encoder needs its own values.
+    merge_threshold: float = 0.55
+    create_threshold: float = 0.45
+    # CLAG engine (memory/cluster_state.py ClusterParams documents each one)
+    buffer_size: int = 8
+    buffer_max_age_s: float = 3_600.0
+    maintain_every: int = 20
+    cluster_merge_threshold: float = 0.85
+    split_min_size: int = 50
+    split_dispersion: float = 0.25
+    energy_half_life_days: float = 7.0
+    archive_energy: float = 0.1
+    merge_threshold_max: float = 0.85
+    create_threshold_min: float = 0.35
+    description_keywords: int = 6
+    cache_users: int = 10_000  # clustering states kept in process by the memorize processor
+    # LLM routing of fuzzy memories (only when llm.backend == "openai")
+    route_with_llm: bool = True
+    route_timeout_s: float = 2.0
+    route_calls_per_s: float = 2.0  # token bucket: sustained rate ...
+    route_burst: int = 5  # ... and burst; over it, the fuzzy buffer decides
+    describe_with_llm: bool = True
 
 
 class RecurrenceSettings(_Section):
@@ -72,6 +103,18 @@ class RecurrenceSettings(_Section):
     entity_min_turns: int = 3
     entity_half_life_days: float = 14.0
     window_turns: int = 200  # earlier unconsolidated turns compared with a new one
+    # RecMem's published bounds: "locomo" = 5 / 0.7 (the defaults above), "longmemeval" =
+    # 4 / 0.6. A preset fills min_similar / similarity unless they are set explicitly.
+    preset: Literal["locomo", "longmemeval"] = "locomo"
+    eager: bool = False  # cost benchmark's baseline: one consolidation per event
+    common_phrase_users: int = 25  # a sentence this many users said is not salient (0 = off)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") == "longmemeval":
+            data = {"min_similar": 4, "similarity": 0.6, **data}
+        return data
 
 
 class LLMSettings(_Section):
@@ -81,6 +124,9 @@ class LLMSettings(_Section):
     api_key: SecretStr | None = None
     timeout_s: float = 30.0
     max_retries: int = 2
+    # Bounds written into the answer's JSON schema (a constrained decoder cannot run on).
+    max_list_items: int = 8
+    max_text_chars: int = 160
 
 
 class ConsolidationSettings(_Section):
@@ -88,6 +134,20 @@ class ConsolidationSettings(_Section):
     batch_within_s: float = 0.5
     max_concurrency: int = 4
     max_turns: int = 40  # newest turns handed to the consolidator per trigger
+    link_similarity: float = 0.8  # memories of a user this close (cosine) are linked
+    max_links: int = 8
+
+
+class MaintenanceSettings(_Section):
+    """Strength (memory/strength.py) and the periodic workers of the consolidate role."""
+
+    strength_boost: float = 1.2  # per retrieval that uses a memory (memstream.feedback)
+    strength_decay: float = 0.99  # per decay interval
+    strength_floor: float = 0.1
+    decay_interval_s: float = 86_400.0
+    decay_every_s: float = 3_600.0  # how often the decay worker runs
+    reminders_every_s: float = 30.0  # how often due open actions are looked for
+    reminder_max_late_s: float = 7 * 86_400.0  # older due times are history, not reminders
 
 
 class RPCSettings(_Section):
@@ -98,6 +158,10 @@ class RPCSettings(_Section):
     default_budget_tokens: int = 512
     max_body_bytes: int = 1_000_000
     short_term_candidates: int = 500
+    # flat: every considered turn is scored (dense + BM25); hierarchical: dense candidates
+    # only from the top clusters' top members (CLAG's shelf, then book), BM25 over all.
+    short_term_mode: Literal["flat", "hierarchical"] = "flat"
+    turn_cache_users: int = 256  # users whose turn index one RPC process keeps (LRU)
 
 
 class Settings(BaseSettings):
@@ -118,6 +182,7 @@ class Settings(BaseSettings):
     recurrence: RecurrenceSettings = RecurrenceSettings()
     llm: LLMSettings = LLMSettings()
     consolidation: ConsolidationSettings = ConsolidationSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     rpc: RPCSettings = RPCSettings()
 
     def tenant_for_key(self, api_key: str) -> str | None:
@@ -126,4 +191,6 @@ class Settings(BaseSettings):
         return keys.get(hash_api_key(api_key))
 
     def topic(self, name: str) -> str:
+        if self.kafka.generation and name in GENERATION_TOPICS:
+            return f"{self.kafka.topic_prefix}.{self.kafka.generation}.{name}"
         return f"{self.kafka.topic_prefix}.{name}"

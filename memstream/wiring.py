@@ -9,24 +9,32 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal
 
 import faust
 
 from memory.clustering import ClusterParams
+from memory.links import LinkParams
 from memory.recurrence import RecurrenceParams
+from memory.strength import StrengthParams
 from memstream.metrics import Metrics
 from memstream.sampling import register_samplers
-from memstream.settings import Settings
+from memstream.settings import ClusterSettings, Settings
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.llm import Consolidator, consolidator_from_settings
 from stores.longterm import LongTermStore, open_longterm
 from stores.redis_state import RedisState
+from stores.router import router_from_settings
 from streams.app import Topics, create_app, create_topics
+from streams.control import register_control
 from streams.encode import register_encode
 from streams.memorize import Memorizer, register_memorize
 from workers.consolidate import ConsolidationWorker, register_consolidate
+from workers.locks import UserLocks
+from workers.reminders import ReminderWorker, register_reminders
+from workers.strength import StrengthWorker, register_strength
 
 log = logging.getLogger("memstream")
 
@@ -65,14 +73,44 @@ class Stack:
         self.embedded.clear()
 
 
+def cluster_params(c: ClusterSettings) -> ClusterParams:
+    return ClusterParams(
+        merge_threshold=c.merge_threshold,
+        create_threshold=c.create_threshold,
+        buffer_size=c.buffer_size,
+        buffer_max_age_s=c.buffer_max_age_s,
+        maintain_every=c.maintain_every,
+        cluster_merge_threshold=c.cluster_merge_threshold,
+        split_min_size=c.split_min_size,
+        split_dispersion=c.split_dispersion,
+        energy_half_life_days=c.energy_half_life_days,
+        archive_energy=c.archive_energy,
+        merge_threshold_max=c.merge_threshold_max,
+        create_threshold_min=c.create_threshold_min,
+        description_keywords=c.description_keywords,
+    )
+
+
+def strength_params(settings: Settings) -> StrengthParams:
+    m = settings.maintenance
+    return StrengthParams(
+        boost=m.strength_boost,
+        decay=m.strength_decay,
+        floor=m.strength_floor,
+        interval_s=m.decay_interval_s,
+    )
+
+
 def open_state(settings: Settings, redis_url: str) -> RedisState:
     r = settings.redis
     return RedisState.from_url(
         redis_url,
         prefix=r.prefix,
+        tombstone_prefix=r.tombstone_prefix or r.prefix,
         ttl_days=r.short_term_ttl_days,
         max_turns=r.short_term_max_turns,
         processed_ttl_days=r.processed_ttl_days,
+        cluster_cache_users=settings.cluster.cache_users,
     )
 
 
@@ -105,7 +143,10 @@ def app_id_for(roles: frozenset[Role]) -> str:
 
 def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
     settings, metrics = deps.settings, deps.metrics
-    app = create_app(settings, app_id=app_id_for(roles), broker_url=stack.broker_url)
+    app_id = app_id_for(roles)
+    if settings.kafka.generation:  # a rebuilt generation reads the log in groups of its own
+        app_id = f"{app_id}-{settings.kafka.generation}"
+    app = create_app(settings, app_id=app_id, broker_url=stack.broker_url)
     topics = create_topics(app, settings)
     consolidator: Consolidator | None = None
     if "process" in roles:
@@ -119,21 +160,29 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         )
         memorizer = Memorizer(
             state=deps.state,
-            cluster_params=ClusterParams(
-                merge_threshold=settings.cluster.merge_threshold,
-                create_threshold=settings.cluster.create_threshold,
-            ),
+            cluster_params=cluster_params(settings.cluster),
             recurrence_params=RecurrenceParams(
                 min_similar=settings.recurrence.min_similar,
                 similarity=settings.recurrence.similarity,
                 entity_min_turns=settings.recurrence.entity_min_turns,
                 entity_half_life_days=settings.recurrence.entity_half_life_days,
+                eager=settings.recurrence.eager,
             ),
             window=settings.recurrence.window_turns,
+            common_phrase_users=settings.recurrence.common_phrase_users,
+            router=router_from_settings(
+                settings.llm,
+                settings.cluster,
+                on_call=lambda outcome: metrics.cluster_events.labels(f"route_{outcome}").inc(),
+            ),
+            embed=deps.encoder.encode,
         )
         register_memorize(app, topics, memorizer, metrics)
+        # Forget commands: the partition owner drops the user's in-flight data too.
+        register_control(app, topics, deps.state, deps.longterm, metrics)
     if "consolidate" in roles:
         c = settings.consolidation
+        locks = UserLocks()
         consolidator = consolidator_from_settings(settings.llm)
         worker = ConsolidationWorker(
             state=deps.state,
@@ -143,9 +192,28 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
             metrics=metrics,
             max_turns=c.max_turns,
             max_concurrency=c.max_concurrency,
+            locks=locks,
+            links=LinkParams(similarity=c.link_similarity, max_links=c.max_links),
+            strength=strength_params(settings),
         )
         register_consolidate(
             app, topics, worker, metrics, batch_size=c.batch_size, within_s=c.batch_within_s
+        )
+        # Strength upkeep and reminders write long-term memories too: same role, same locks.
+        m = settings.maintenance
+        register_strength(
+            app,
+            topics,
+            StrengthWorker(deps.longterm, locks, strength_params(settings)),
+            metrics,
+            decay_every_s=m.decay_every_s,
+        )
+        register_reminders(
+            app,
+            topics,
+            ReminderWorker(deps.longterm, deps.state, timedelta(seconds=m.reminder_max_late_s)),
+            metrics,
+            every_s=m.reminders_every_s,
         )
     register_samplers(
         app,

@@ -1,20 +1,45 @@
 """The Python client bots import: ``MemoryClient(url, api_key).retrieve(user, query)``.
 
-Verbs follow what people know from mem0 (``add``, ``retrieve`` / ``search``). Results are the
-same pydantic models the server speaks, so they are typed end to end.
+Verbs follow what people know from mem0: ``add``, ``retrieve`` (alias ``search``),
+``memories``, ``get``, ``forget``. Results are the pydantic models the server speaks, so they
+are typed end to end. ``AsyncMemoryClient`` has the same verbs for asyncio bots.
+
+One implementation of each verb: ``_Calls`` turns a verb into a request (method, path,
+query, body) and a response into its model; the two clients only carry the request, with
+a pooled connection, a timeout, and retries. Every call is safe to retry: ``add`` gives
+each event its id before the first attempt (the pipeline drops an id it has seen), the
+others read or delete. Connection failures and 502 / 503 / 504 are retried with backoff;
+any other error raises ``MemstreamError`` with the server's ``detail``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel
 
-from schemas import AddEventsRequest, AddEventsResponse, EventIn, RetrieveRequest, RetrieveResponse
+from schemas import (
+    AddEventsRequest,
+    AddEventsResponse,
+    ConsolidatedMemory,
+    EventIn,
+    RetrieveRequest,
+    RetrieveResponse,
+)
 from schemas.events import EventMetadata, Role
+from schemas.rpc import ForgetResponse, MemoryPage
+
+M = TypeVar("M", bound=BaseModel)
+RETRY_STATUSES = frozenset({502, 503, 504})
 
 
 class MemstreamError(RuntimeError):
@@ -26,7 +51,96 @@ class MemstreamError(RuntimeError):
         self.detail = detail
 
 
+@dataclass(frozen=True)
+class Call(Generic[M]):
+    method: str
+    path: str
+    model: type[M]
+    params: dict[str, Any] | None = None
+    body: dict[str, Any] | None = None
+
+    def parse(self, response: httpx.Response) -> M:
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text
+            raise MemstreamError(response.status_code, detail)
+        return self.model.model_validate_json(response.content)
+
+
+class _Calls:
+    """Each verb as a ``Call``: validation happens here, before anything is sent."""
+
+    @staticmethod
+    def add(events: Sequence[EventIn]) -> Call[AddEventsResponse]:
+        with_ids = [e.model_copy(update={"event_id": e.event_id or _new_id()}) for e in events]
+        body = AddEventsRequest(events=with_ids).model_dump(mode="json")
+        return Call("POST", "/v1/events", AddEventsResponse, body=body)
+
+    @staticmethod
+    def event(
+        user_id: str,
+        text: str,
+        session_id: str,
+        role: Role,
+        event_id: str | None,
+        ts: datetime | None,
+        metadata: EventMetadata | None,
+    ) -> EventIn:
+        return EventIn(
+            user_id=user_id,
+            session_id=session_id,
+            role=role,
+            text=text,
+            event_id=event_id or _new_id(),
+            ts=ts,
+            metadata=metadata or EventMetadata(),
+        )
+
+    @staticmethod
+    def retrieve(
+        user_id: str, query: str, budget_tokens: int, top_k: int
+    ) -> Call[RetrieveResponse]:
+        body = RetrieveRequest(
+            user_id=user_id, query=query, budget_tokens=budget_tokens, top_k=top_k
+        ).model_dump(mode="json")
+        return Call("POST", "/v1/retrieve", RetrieveResponse, body=body)
+
+    @staticmethod
+    def memories(user_id: str, limit: int, offset: str | None) -> Call[MemoryPage]:
+        params: dict[str, Any] = {"limit": limit}
+        if offset is not None:
+            params["offset"] = offset
+        return Call("GET", f"/v1/users/{_segment(user_id)}/memories", MemoryPage, params=params)
+
+    @staticmethod
+    def get(user_id: str, memory_id: str) -> Call[ConsolidatedMemory]:
+        path = f"/v1/memories/{_segment(memory_id)}"
+        return Call("GET", path, ConsolidatedMemory, params={"user_id": user_id})
+
+    @staticmethod
+    def forget(user_id: str) -> Call[ForgetResponse]:
+        return Call("DELETE", f"/v1/users/{_segment(user_id)}", ForgetResponse)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _segment(value: str) -> str:
+    """A path segment; ids are a safe alphabet (``schemas.common.Identifier``), but a slash
+    in a caller's value must become a 404/422, never another route."""
+    return quote(value, safe="")
+
+
+def _headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"}
+
+
 class MemoryClient:
+    """Blocking client; one pooled connection per instance. Close it (or use ``with``)."""
+
     def __init__(
         self,
         url: str = "http://127.0.0.1:8080",
@@ -34,12 +148,13 @@ class MemoryClient:
         *,
         timeout_s: float = 5.0,
         retries: int = 2,
+        backoff_s: float = 0.1,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
+        self.retries = retries
+        self.backoff_s = backoff_s
         self._http = httpx.Client(
-            base_url=url,
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=timeout_s,
-            transport=httpx.HTTPTransport(retries=retries),  # retries connection failures
+            base_url=url, headers=_headers(api_key), timeout=timeout_s, transport=transport
         )
 
     def add(
@@ -53,44 +168,43 @@ class MemoryClient:
         ts: datetime | None = None,
         metadata: EventMetadata | None = None,
     ) -> AddEventsResponse:
-        event = EventIn(
-            user_id=user_id,
-            session_id=session_id,
-            role=role,
-            text=text,
-            event_id=event_id,
-            ts=ts,
-            metadata=metadata or EventMetadata(),
-        )
-        return self.add_many([event])
+        event = _Calls.event(user_id, text, session_id, role, event_id, ts, metadata)
+        return self._send(_Calls.add([event]))
 
     def add_many(self, events: Sequence[EventIn]) -> AddEventsResponse:
-        body = AddEventsRequest(events=list(events))
-        return AddEventsResponse.model_validate(
-            self._post("/v1/events", body.model_dump(mode="json"))
-        )
+        return self._send(_Calls.add(events))
 
     def retrieve(
         self, user_id: str, query: str, *, budget_tokens: int = 512, top_k: int = 8
     ) -> RetrieveResponse:
-        body = RetrieveRequest(
-            user_id=user_id, query=query, budget_tokens=budget_tokens, top_k=top_k
-        )
-        return RetrieveResponse.model_validate(
-            self._post("/v1/retrieve", body.model_dump(mode="json"))
-        )
+        return self._send(_Calls.retrieve(user_id, query, budget_tokens, top_k))
 
     search = retrieve
 
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
-        response = self._http.post(path, json=body)
-        if response.status_code >= 400:
+    def memories(self, user_id: str, *, limit: int = 20, offset: str | None = None) -> MemoryPage:
+        return self._send(_Calls.memories(user_id, limit, offset))
+
+    def get(self, user_id: str, memory_id: str) -> ConsolidatedMemory:
+        return self._send(_Calls.get(user_id, memory_id))
+
+    def forget(self, user_id: str) -> ForgetResponse:
+        return self._send(_Calls.forget(user_id))
+
+    def _send(self, call: Call[M]) -> M:
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
             try:
-                detail = response.json().get("detail")
-            except ValueError:
-                detail = response.text
-            raise MemstreamError(response.status_code, detail)
-        return response.json()
+                response = self._http.request(
+                    call.method, call.path, params=call.params, json=call.body
+                )
+            except httpx.TransportError:
+                if last:
+                    raise
+            else:
+                if response.status_code not in RETRY_STATUSES or last:
+                    return call.parse(response)
+            time.sleep(self.backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._http.close()
@@ -105,3 +219,88 @@ class MemoryClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class AsyncMemoryClient:
+    """The same verbs for asyncio; one pooled connection per instance. ``async with`` it."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        api_key: str = "",
+        *,
+        timeout_s: float = 5.0,
+        retries: int = 2,
+        backoff_s: float = 0.1,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._http = httpx.AsyncClient(
+            base_url=url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+        )
+
+    async def add(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        session_id: str,
+        role: Role = "user",
+        event_id: str | None = None,
+        ts: datetime | None = None,
+        metadata: EventMetadata | None = None,
+    ) -> AddEventsResponse:
+        event = _Calls.event(user_id, text, session_id, role, event_id, ts, metadata)
+        return await self._send(_Calls.add([event]))
+
+    async def add_many(self, events: Sequence[EventIn]) -> AddEventsResponse:
+        return await self._send(_Calls.add(events))
+
+    async def retrieve(
+        self, user_id: str, query: str, *, budget_tokens: int = 512, top_k: int = 8
+    ) -> RetrieveResponse:
+        return await self._send(_Calls.retrieve(user_id, query, budget_tokens, top_k))
+
+    search = retrieve
+
+    async def memories(
+        self, user_id: str, *, limit: int = 20, offset: str | None = None
+    ) -> MemoryPage:
+        return await self._send(_Calls.memories(user_id, limit, offset))
+
+    async def get(self, user_id: str, memory_id: str) -> ConsolidatedMemory:
+        return await self._send(_Calls.get(user_id, memory_id))
+
+    async def forget(self, user_id: str) -> ForgetResponse:
+        return await self._send(_Calls.forget(user_id))
+
+    async def _send(self, call: Call[M]) -> M:
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = await self._http.request(
+                    call.method, call.path, params=call.params, json=call.body
+                )
+            except httpx.TransportError:
+                if last:
+                    raise
+            else:
+                if response.status_code not in RETRY_STATUSES or last:
+                    return call.parse(response)
+            await asyncio.sleep(self.backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncMemoryClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -8,10 +8,9 @@ Two things keep it cheap under load:
 
 - ``QueryEncoder`` lets concurrent queries share one encoder call (a micro-batch), so the
   RPC's throughput is the encoder's batched rate, not its one-text-at-a-time rate.
-- Short-term turns are read lazily (``RedisState.recent_embeddings`` then ``turn_docs``):
-  every embedding in one round trip, scored with numpy, then the JSON of only the few
-  turns that can make the cut. Reading and parsing all of them (up to 500 per query) cost
-  more than everything else.
+- Short-term turns are not read per query: ``rpc.turn_index.TurnIndex`` keeps each user's
+  vectors, texts and BM25 postings in process and re-syncs only what changed, on a version
+  token ``memorize`` bumps. A query then costs one tiny Redis read plus numpy.
 - ``TokenCounter`` counts the context's tokens line by line, memoised, where that gives
   the tokenizer's exact count: the budget loop re-counts the whole context per item.
 """
@@ -23,15 +22,30 @@ import contextlib
 import functools
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
-from memory.ranking import Candidate, assemble_context, memory_text, rank, turn_text
+from memory.clustering import Cluster
+from memory.hierarchy import hierarchical_search
+from memory.lexical import term_counts, tokens_of
+from memory.ranking import (
+    Candidate,
+    RankingParams,
+    asks_for_latest,
+    assemble_context,
+    fused_relevance,
+    memory_text,
+    named_speakers,
+    rank,
+    recency_factor,
+)
 from memory.text import extract_entities
 from memory.vectors import cosine_to_rows
 from memstream.metrics import Metrics
+from rpc.turn_index import TurnIndex, UserTurns
 from schemas import (
     ConsolidatedMemory,
     RetrievedItem,
@@ -39,8 +53,8 @@ from schemas import (
     RetrieveResponse,
 )
 from stores.encoder import OnnxEncoder
-from stores.longterm import LongTermStore
-from stores.redis_state import RecentTurns, RedisState
+from stores.longterm import LongTermStore, ScoredMemory
+from stores.redis_state import RedisState
 
 KEY_MATCH_RELEVANCE = 1.0  # an exact order number / email in the query is as good as it gets
 
@@ -142,28 +156,25 @@ class TokenCounter:
         return sum(self._line(line) for line in text.split("\n"))
 
 
-def turns_in_rank_order(
-    recent: RecentTurns, relevance: npt.NDArray[np.float32]
-) -> npt.NDArray[np.intp]:
-    """Indexes of ``recent`` in the order ``memory.ranking.rank`` sorts turns.
-
-    Turns have strength 1.0, so rank orders them by relevance, then newer first, then id.
-    """
-    ids = np.array(recent.ids, dtype=object)
-    order: npt.NDArray[np.intp] = np.lexsort((ids, -recent.ts, -relevance.astype(np.float64)))
-    return order
-
-
 @dataclass
 class Retriever:
+    """One tenant-and-user-scoped retrieval; every store read names both (isolation)."""
+
     queries: QueryEncoder
     state: RedisState
     longterm: LongTermStore
     metrics: Metrics
-    short_term_candidates: int
+    short_term_candidates: int  # turns of the user considered (newest first); 0 = all
+    params: RankingParams = field(default_factory=RankingParams)
+    turn_cache_users: int = 256
+    short_term_mode: Literal["flat", "hierarchical"] = "flat"
 
     def __post_init__(self) -> None:
         self.count_tokens = TokenCounter(self.queries.encoder)
+        self.turn_index = TurnIndex(
+            self.state, dim=self.queries.encoder.dim, max_users=self.turn_cache_users
+        )
+        self._memory_texts: dict[tuple[str, int, datetime], str] = {}
 
     async def retrieve(self, tenant_id: str, request: RetrieveRequest) -> RetrieveResponse:
         started = time.perf_counter()
@@ -172,28 +183,20 @@ class Retriever:
         encoded_at = time.perf_counter()
         self.metrics.retrieval_latency.labels("encode").observe(encoded_at - started)
 
-        recent, scored, keyed = await asyncio.gather(
-            self.state.recent_embeddings(tenant_id, user, self.short_term_candidates),
+        keys = extract_entities(request.query)
+        turns, scored, keyed, clusters = await asyncio.gather(
+            self.turn_index.get(tenant_id, user),
             self.longterm.search(tenant_id, user, vector, request.top_k),
-            self.longterm.find_by_keys(
-                tenant_id, user, extract_entities(request.query), request.top_k
-            ),
+            self.longterm.find_by_keys(tenant_id, user, keys, request.top_k),
+            self._clusters(tenant_id, user),
         )
-        candidates: dict[str, Candidate] = {}
-        for m in keyed:
-            candidates[m.memory_id] = _memory_candidate(m, KEY_MATCH_RELEVANCE)
-        for hit in scored:
-            if hit.memory.memory_id not in candidates:
-                candidates[hit.memory.memory_id] = _memory_candidate(hit.memory, hit.score)
-        for candidate in await self._turn_candidates(
-            tenant_id, user, vector, recent, candidates, request.top_k
-        ):
-            candidates[candidate.id] = candidate
+        # No await from here to the ranking: ``turns.lexical`` is shared with later syncs.
+        candidates = self._candidates(request, vector, keys, turns, scored, keyed, clusters)
         fetched_at = time.perf_counter()
         self.metrics.retrieval_latency.labels("fetch").observe(fetched_at - encoded_at)
 
-        ranked = rank(list(candidates.values()), request.top_k)
-        context, used = assemble_context(ranked, request.budget_tokens, self.count_tokens)
+        ranked = rank(candidates, request.top_k, exploration_share=self.params.exploration_share)
+        context, used = self._assemble(ranked, request.budget_tokens)
         done = time.perf_counter()
         self.metrics.retrieval_latency.labels("rank").observe(done - fetched_at)
         self.metrics.retrieval_latency.labels("total").observe(done - started)
@@ -215,57 +218,137 @@ class Retriever:
             took_ms=round((done - started) * 1000, 3),
         )
 
-    async def _turn_candidates(
-        self,
-        tenant_id: str,
-        user: str,
-        vector: np.ndarray,
-        recent: RecentTurns,
-        memories: dict[str, Candidate],
-        top_k: int,
-    ) -> list[Candidate]:
-        """The turns that can reach ``rank``'s top, read and parsed; the rest never are.
+    def _assemble(
+        self, ranked: list[tuple[Candidate, float]], budget: int
+    ) -> tuple[str, list[tuple[Candidate, float]]]:
+        counter = self.count_tokens
+        return assemble_context(ranked, budget, counter, additive_lines=counter.by_line)
 
-        ``rank`` keeps ``top_k`` items and drops a turn only when a chosen memory covers
-        it, so a turn it keeps has fewer than ``top_k`` + (covered turns) turns before it
-        in rank order: reading that many turns in that order (more where one expired
-        meanwhile) gives ``rank`` exactly the result it would get from all of them.
+    def _memory_text(self, m: ConsolidatedMemory) -> str:
+        """``memory_text``, memoised per memory version (rendering costs ~30 us a memory)."""
+        key = (m.memory_id, m.version, m.updated_at)
+        text = self._memory_texts.get(key)
+        if text is None:
+            text = memory_text(m)
+            self._memory_texts[key] = text
+            if len(self._memory_texts) > 16_384:
+                self._memory_texts.pop(next(iter(self._memory_texts)))
+        return text
+
+    async def _clusters(self, tenant_id: str, user: str) -> list[Cluster] | None:
+        if self.short_term_mode != "hierarchical":
+            return None
+        return await self.state.clusters(tenant_id, user)
+
+    def _candidates(
+        self,
+        request: RetrieveRequest,
+        vector: np.ndarray,
+        keys: list[str],
+        turns: UserTurns,
+        scored: list[ScoredMemory],
+        keyed: list[ConsolidatedMemory],
+        clusters: list[Cluster] | None,
+    ) -> list[Candidate]:
+        """Memories and the turns that can make the cut, with fused relevance.
+
+        Dense (cosine, plus a bonus where the query names the turn's speaker) and lexical
+        (BM25 over ``speaker (date): text``) scores of every turn and found memory are fused
+        into one relevance (``memory.ranking.fused_relevance``); an exact key match (order
+        number, email, product id) in the query is relevance 1.0 whatever the embeddings say.
         """
-        if not recent.ids:
-            return []
-        relevance = cosine_to_rows(vector, recent.vectors)
-        order = turns_in_rank_order(recent, relevance)
-        coverable = {e for c in memories.values() for e in c.source_event_ids}
-        wanted = min(len(order), top_k + sum(1 for i in recent.ids if i in coverable))
-        turns: list[Candidate] = []
-        start = 0
-        while len(turns) < wanted and start < len(order):
-            chunk = [int(i) for i in order[start : start + wanted - len(turns)]]
-            start += len(chunk)
-            docs = await self.state.turn_docs(tenant_id, user, [recent.ids[i] for i in chunk])
-            turns.extend(
+        p = self.params
+        memories: dict[str, ConsolidatedMemory] = {m.memory_id: m for m in keyed}
+        dense_of: dict[str, float] = {}
+        for hit in scored:
+            memories.setdefault(hit.memory.memory_id, hit.memory)
+            dense_of[hit.memory.memory_id] = hit.score
+        memory_list = list(memories.values())
+        rows = turns.alive(time.time())  # expired turns are out, by their TTL
+        if self.short_term_candidates and len(rows) > self.short_term_candidates:
+            rows = rows[np.argsort(-turns.ts[rows], kind="stable")[: self.short_term_candidates]]
+        query_tokens = tokens_of(request.query)
+        keyed_rows = {r for k in keys for r in turns.by_entity.get(k, ())}
+        if clusters is not None:  # the shelf, then the book; BM25's best and key matches too
+            lexical_all = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))
+            shelf = hierarchical_search(
+                vector, clusters, [turns.ids[r] for r in rows], turns.vectors[rows]
+            )
+            picked = {int(rows[i]) for i in np.argsort(-lexical_all[rows])[: request.top_k]}
+            picked |= {turns.positions[h.event_id] for h in shelf} | keyed_rows
+            rows = np.array(sorted(picked), dtype=np.intp)
+        turn_dense = cosine_to_rows(vector, turns.vectors[rows]).astype(np.float64)
+        named = named_speakers(request.query, turns.speaker_names)
+        if named:
+            turn_dense += p.speaker_bonus * np.isin(turns.speaker_of[rows], list(named))
+        turn_lexical = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))[rows]
+        memory_texts = [self._memory_text(m) for m in memory_list]
+        # A memory found only by key has no cosine here: the lowest found stands in (its
+        # relevance is the key match's anyway).
+        floor = min(dense_of.values(), default=0.0)
+        memory_dense = [dense_of.get(m.memory_id, floor) for m in memory_list]
+        lexical = turns.lexical
+        memory_lexical = [lexical.score_text(query_tokens, term_counts(t)) for t in memory_texts]
+        relevance = fused_relevance(
+            np.concatenate([memory_dense, turn_dense]),
+            np.concatenate([memory_lexical, turn_lexical]),
+            p.dense_weight,
+        )
+        keyed_ids = {m.memory_id for m in keyed}
+        latest = asks_for_latest(request.query)
+        newest = max(
+            [*(m.updated_at for m in memory_list)]
+            + ([turns.docs[int(rows[np.argmax(turns.ts[rows])])].ts] if len(rows) else []),
+            default=None,
+        )
+
+        def boost(ts: datetime) -> float:
+            if not latest or newest is None:
+                return 1.0
+            return recency_factor(ts, newest, p.recency_half_life_days)
+
+        out = [
+            Candidate(
+                kind="memory",
+                id=m.memory_id,
+                text=text,
+                relevance=KEY_MATCH_RELEVANCE if m.memory_id in keyed_ids else float(rel),
+                strength=m.strength,
+                ts=m.updated_at,
+                source_event_ids=tuple(m.source_event_ids),
+                boost=boost(m.updated_at),
+                strength_span=p.strength_span,
+            )
+            for m, text, rel in zip(memory_list, memory_texts, relevance, strict=False)
+        ]
+        turn_relevance = relevance[len(memory_list) :].copy()
+        if keyed_rows:
+            at = {int(r): i for i, r in enumerate(rows)}
+            for r in keyed_rows:
+                if r in at:
+                    turn_relevance[at[r]] = KEY_MATCH_RELEVANCE
+        turn_boost = np.array([boost(turns.docs[int(r)].ts) for r in rows]) if latest else 1.0
+        # rank() keeps top_k turns and drops only turns a found memory covers: the turns, best
+        # first, up to the top_k-th one no memory covers give it the answer all of them would.
+        order = np.lexsort((-turns.ts[rows], -(turn_relevance * turn_boost)))
+        sources = [e for m in memory_list for e in m.source_event_ids if e in turns.positions]
+        coverable = np.zeros(len(turns.ids), dtype=bool)
+        coverable[[turns.positions[e] for e in sources]] = True
+        uncovered = np.cumsum(~coverable[rows[order]])
+        order = order[: int(np.searchsorted(uncovered, request.top_k)) + 1]
+        for i in order:
+            turn = turns.docs[int(rows[i])]
+            out.append(
                 Candidate(
                     kind="turn",
                     id=turn.event_id,
-                    text=turn_text(turn),
-                    relevance=float(relevance[i]),
+                    text=turns.texts[int(rows[i])],
+                    relevance=float(turn_relevance[i]),
                     strength=1.0,
                     ts=turn.ts,
                     source_event_ids=(turn.event_id,),
+                    boost=boost(turn.ts),
+                    strength_span=p.strength_span,
                 )
-                for i, turn in zip(chunk, docs, strict=True)
-                if turn is not None
             )
-        return turns
-
-
-def _memory_candidate(m: ConsolidatedMemory, relevance: float) -> Candidate:
-    return Candidate(
-        kind="memory",
-        id=m.memory_id,
-        text=memory_text(m),
-        relevance=float(relevance),
-        strength=m.strength,
-        ts=m.updated_at,
-        source_event_ids=tuple(m.source_event_ids),
-    )
+        return out

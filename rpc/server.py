@@ -1,4 +1,12 @@
-"""The HTTP/JSON API: retrieval, event intake, health and metrics. Tenant = the API key's."""
+"""The HTTP/JSON API: retrieval, event intake, memories, forget, health, metrics.
+
+The tenant is the API key's, never the body's; every store call names the tenant and the
+user, so one tenant can never read, list or delete another's data (a memory of another
+tenant or user is a 404, not a 403: its existence is not disclosed). Client mistakes are
+4xx with a ``detail`` that says what to fix: 401 no or unknown key, 403 the demo key once
+real keys are configured, 404 no such memory, 413 a body over ``rpc.max_body_bytes``
+(declared or chunked), 422 a body, path or query that does not validate.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +17,43 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.metrics import Metrics
-from memstream.settings import Settings
+from memstream.settings import DEMO_API_KEY, Settings
+from rpc.feedback import FeedbackSink
 from rpc.publisher import EventPublisher
 from rpc.retrieval import Retriever
 from schemas import (
     AddEventsRequest,
     AddEventsResponse,
+    ConsolidatedMemory,
+    Control,
+    Feedback,
     InteractionEvent,
     RetrieveRequest,
     RetrieveResponse,
 )
+from schemas.rpc import ErrorBody, ForgetResponse, MemoryPage
+from streams.control import forget_user
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$"  # schemas.common.Identifier's
+UserPath = Annotated[
+    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, description="the user's id")
+]
+MAX_PAGE = 200
+ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorBody, "description": "missing or unknown API key"},
+    403: {"model": ErrorBody, "description": "a key that is known but not allowed here"},
+    413: {"model": ErrorBody, "description": "request body too large"},
+    422: {"model": ErrorBody, "description": "the request does not validate"},
+}
+NOT_FOUND: dict[int | str, dict[str, object]] = {
+    404: {"model": ErrorBody, "description": "no such memory for this tenant and user"}
+}
 
 
 @dataclass
@@ -33,6 +62,7 @@ class ApiDeps:
     retriever: Retriever
     publisher: EventPublisher
     metrics: Metrics
+    feedback: FeedbackSink | None = None  # None: nothing reported (tests, benchmarks)
 
 
 def authenticate(
@@ -51,6 +81,9 @@ def authenticate(
         raise HTTPException(401, "missing API key ('Authorization: Bearer <api key>')")
     settings: Settings = request.app.state.settings
     tenant = settings.tenant_for_key(key)
+    if tenant is None and key == DEMO_API_KEY:
+        # Known, but switched off: configuring real keys disables the documented demo key.
+        raise HTTPException(403, "the demo key is disabled on this deployment (rpc.api_keys)")
     if tenant is None:
         raise HTTPException(401, "unknown API key")
     return tenant
@@ -83,16 +116,52 @@ class RequestGuard:
                 status = message["status"]
             await send(message)
 
-        length = dict(scope["headers"]).get(b"content-length", b"")
-        if length.isdigit() and int(length) > self.max_body_bytes:
-            too_large = JSONResponse(
-                {"detail": f"request body over {self.max_body_bytes} bytes"}, 413
-            )
+        too_large = JSONResponse({"detail": f"request body over {self.max_body_bytes} bytes"}, 413)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             await too_large(scope, receive, send_and_note_status)
+        elif length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
+            # No declared length (chunked): read up to the limit here, then replay it.
+            buffered = await _read_body(receive, self.max_body_bytes)
+            if buffered is None:
+                await too_large(scope, receive, send_and_note_status)
+            else:
+                await self.app(scope, _replay(buffered, receive), send_and_note_status)
         else:
             await self.app(scope, receive, send_and_note_status)
         path = getattr(scope.get("route"), "path", "unmatched")  # set by the router on a match
         self.metrics.http_requests.labels(path, str(status)).inc()
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it passes ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # then whatever comes next (a disconnect)
+
+    return replay
 
 
 def create_api(deps: ApiDeps) -> FastAPI:
@@ -105,14 +174,82 @@ def create_api(deps: ApiDeps) -> FastAPI:
     )
 
     api.state.settings = settings
+    api.state.deps = deps  # memstream.rebuild swaps deps.retriever when the generation switches
 
     api.add_middleware(RequestGuard, max_body_bytes=settings.rpc.max_body_bytes, metrics=metrics)
 
-    @api.post("/v1/retrieve", response_model=RetrieveResponse)
+    @api.post("/v1/retrieve", response_model=RetrieveResponse, responses=ERRORS)
     async def retrieve(body: RetrieveRequest, tenant_id: Tenant) -> RetrieveResponse:
-        return await deps.retriever.retrieve(tenant_id, body)
+        """The memories and turns that answer ``query``, and a context within the budget."""
+        answer = await deps.retriever.retrieve(tenant_id, body)
+        if deps.feedback is not None:
+            deps.feedback.offer(
+                Feedback(
+                    feedback_id=uuid.uuid4().hex,  # one per retrieval: a redelivery boosts once
+                    tenant_id=tenant_id,
+                    user_id=body.user_id,
+                    memory_ids=[i.id for i in answer.items if i.kind == "memory"][:256],
+                    turn_ids=[i.id for i in answer.items if i.kind == "turn"][:256],
+                    ts=datetime.now(UTC),
+                )
+            )
+        return answer
 
-    @api.post("/v1/events", response_model=AddEventsResponse, status_code=202)
+    @api.get("/v1/users/{user_id}/memories", response_model=MemoryPage, responses=ERRORS)
+    async def list_memories(
+        user_id: UserPath,
+        tenant_id: Tenant,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+        offset: Annotated[str | None, Query(max_length=256)] = None,
+    ) -> MemoryPage:
+        """The user's consolidated memories, a page at a time."""
+        try:
+            memories, next_offset = await deps.retriever.longterm.list_user(
+                tenant_id, user_id, limit, offset
+            )
+        except ValueError as exc:  # an offset that no page handed out (found by fuzzing)
+            raise HTTPException(422, str(exc)) from exc
+        return MemoryPage(memories=memories, next_offset=next_offset)
+
+    @api.get(
+        "/v1/memories/{memory_id}",
+        response_model=ConsolidatedMemory,
+        responses={**ERRORS, **NOT_FOUND},
+    )
+    async def get_memory(
+        memory_id: Annotated[str, Path(min_length=1, max_length=64)],
+        user_id: Annotated[str, Query(min_length=1, max_length=128, pattern=ID_PATTERN)],
+        tenant_id: Tenant,
+    ) -> ConsolidatedMemory:
+        """One memory with its history of superseded facts; 404 unless it is this user's."""
+        found = await deps.retriever.longterm.get(tenant_id, user_id, memory_id)
+        if found is None:
+            raise HTTPException(404, f"no memory {memory_id!r} for user {user_id!r}")
+        return found
+
+    @api.delete("/v1/users/{user_id}", response_model=ForgetResponse, responses=ERRORS)
+    async def forget(user_id: UserPath, tenant_id: Tenant) -> ForgetResponse:
+        """Forget the user everywhere: short-term turns, clusters, counters and pending
+        triggers in Redis, memories in Qdrant; then a ``forget_user`` control event makes
+        the processors drop what was in flight. Forgetting twice is harmless."""
+        at = datetime.now(UTC)
+        retriever = deps.retriever
+        gone = await forget_user(
+            retriever.state, retriever.longterm, tenant_id, user_id, at.timestamp()
+        )
+        retriever.turn_index.evict(tenant_id, user_id)
+        command = Control(tenant_id=tenant_id, user_id=user_id, action="forget_user", ts=at)
+        await deps.publisher.publish(
+            settings.topic("control"), f"{tenant_id}:{user_id}", command.model_dump_json().encode()
+        )
+        return ForgetResponse(
+            user_id=user_id,
+            redis_keys_deleted=gone.redis_keys_deleted,
+            memories_deleted=gone.memories_deleted,
+            forgotten_at=at,
+        )
+
+    @api.post("/v1/events", response_model=AddEventsResponse, status_code=202, responses=ERRORS)
     async def add_events(body: AddEventsRequest, tenant_id: Tenant) -> AddEventsResponse:
         now = datetime.now(UTC)
         events = [

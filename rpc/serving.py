@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from memstream.metrics import Metrics
 from memstream.settings import Settings
+from rpc.feedback import FeedbackSink
 from rpc.publisher import EventPublisher
 from rpc.retrieval import QueryEncoder, Retriever
 from rpc.server import ApiDeps, create_api
@@ -45,9 +46,18 @@ async def start_api(
         longterm=longterm,
         metrics=metrics,
         short_term_candidates=settings.rpc.short_term_candidates,
+        short_term_mode=settings.rpc.short_term_mode,
+        turn_cache_users=settings.rpc.turn_cache_users,
     )
+    feedback = FeedbackSink(publisher, settings.topic("feedback"))
     api = create_api(
-        ApiDeps(settings=settings, retriever=retriever, publisher=publisher, metrics=metrics)
+        ApiDeps(
+            settings=settings,
+            retriever=retriever,
+            publisher=publisher,
+            metrics=metrics,
+            feedback=feedback,
+        )
     )
     return api, publisher
 

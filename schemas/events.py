@@ -46,8 +46,13 @@ class EncodedEvent(Model):
 
 
 class Feedback(Model):
-    """Memories and turns that a retrieval handed to an agent (strength boosts)."""
+    """Memories and turns that a retrieval handed to an agent (strength boosts).
 
+    ``feedback_id`` names the retrieval, so a redelivered message boosts once; when a
+    publisher leaves it out, the consumer derives one from the message's content.
+    """
+
+    feedback_id: Annotated[str, StringConstraints(max_length=128)] | None = None
     tenant_id: Identifier
     user_id: Identifier
     memory_ids: list[str] = Field(default_factory=list, max_length=256)

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from schemas.common import Identifier, Model
 
-TriggerReason = Literal["semantic", "cluster", "entity", "pin"]
+TriggerReason = Literal["semantic", "cluster", "entity", "pin", "eager"]
 
 
 class RecurrenceTrigger(Model):
@@ -76,9 +76,28 @@ class ConsolidatedMemory(MemoryContent):
     created_at: datetime
     updated_at: datetime
     source_event_ids: list[str] = Field(default_factory=list)
-    links: list[str] = Field(default_factory=list)
+    links: list[str] = Field(default_factory=list)  # related memories of the same user
     history: list[HistoryEntry] = Field(default_factory=list)
     version: int = 1
+    # Strength bookkeeping (memory/strength.py): decay applied up to this time (None =
+    # since created_at), and the newest feedback ids already counted, so a redelivered
+    # feedback message or a repeated decay run changes nothing.
+    decayed_to: datetime | None = None
+    feedback_ids: list[str] = Field(default_factory=list)
+
+
+class Reminder(Model):
+    """An open action of a memory that fell due; emitted once to ``memstream.reminders``."""
+
+    reminder_id: str  # deterministic: memory id + action, so a consumer can dedup too
+    tenant_id: Identifier
+    user_id: Identifier
+    memory_id: str
+    key: str
+    title: str
+    action: OpenAction
+    due: datetime
+    ts: datetime  # when it was emitted
 
 
 class StoredTurn(Model):

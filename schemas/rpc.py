@@ -9,6 +9,7 @@ from pydantic import Field
 
 from schemas.common import Identifier, Model, Text, Timestamp
 from schemas.events import EventMetadata, Role
+from schemas.memories import ConsolidatedMemory
 
 MAX_BATCH_EVENTS = 500
 
@@ -56,3 +57,25 @@ class AddEventsRequest(Model):
 class AddEventsResponse(Model):
     accepted: int
     event_ids: list[str]
+
+
+class MemoryPage(Model):
+    """One page of a user's memories; pass ``next_offset`` back as ``offset`` for the next."""
+
+    memories: list[ConsolidatedMemory]
+    next_offset: str | None
+
+
+class ForgetResponse(Model):
+    """What a forget removed, counted directly in each store."""
+
+    user_id: str
+    redis_keys_deleted: int
+    memories_deleted: int
+    forgotten_at: datetime
+
+
+class ErrorBody(Model):
+    """Every 4xx answer: a human-readable ``detail`` saying what to fix."""
+
+    detail: str | list[dict[str, object]]

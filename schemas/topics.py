@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from schemas.events import Control, EncodedEvent, Feedback, InteractionEvent
-from schemas.memories import ConsolidatedMemory, DeadLetter, RecurrenceTrigger
+from schemas.memories import ConsolidatedMemory, DeadLetter, RecurrenceTrigger, Reminder
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,6 @@ TOPICS: tuple[Topic, ...] = (
     Topic("consolidated", USER_KEY, ConsolidatedMemory, None, "audit of written memories"),
     Topic("feedback", USER_KEY, Feedback, None, "memories used by retrievals"),
     Topic("control", USER_KEY, Control, None, "forget user, pin memory"),
-    Topic("reminders", USER_KEY, ConsolidatedMemory, None, "open actions that fell due"),
+    Topic("reminders", USER_KEY, Reminder, None, "open actions that fell due"),
     Topic("dlq", "original key", DeadLetter, 1, "invalid or poison messages, with reason"),
 )

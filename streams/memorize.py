@@ -9,21 +9,34 @@ never loses one.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import faust
 import numpy as np
 
-from memory.clustering import ClusterParams, assign
+from memory.cluster_describe import terms_of
+from memory.clustering import (
+    ClusterParams,
+    ClusterState,
+    MemoryIn,
+    StepResult,
+    classify,
+    step,
+    vectors_needed,
+    with_descriptions,
+)
 from memory.recurrence import RecurrenceParams, TriggerSpec, TurnSignal, detect
-from memory.text import extract_entities, is_remember_request, is_salient
+from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys
 from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger, StoredTurn
 from stores.redis_state import RedisState, UserUpdate
+from stores.router import LLMRouter
 from streams.app import Topics
 from streams.handling import DeadLetters, with_retries
 
@@ -46,6 +59,8 @@ class Decision:
     user_id: str
     triggers: list[RecurrenceTrigger]
     update: UserUpdate
+    clustering: StepResult | None = None  # for metrics
+    phrases: tuple[str, ...] = ()  # sentence fingerprints, counted per tenant after the write
 
 
 @dataclass
@@ -54,26 +69,43 @@ class Memorizer:
     cluster_params: ClusterParams
     recurrence_params: RecurrenceParams
     window: int
+    # Optional: the LLM router for fuzzy memories and LLM descriptions (None = offline), and
+    # the encoder that embeds new cluster descriptions (None = descriptions stay unembedded
+    # and retrieval ranks those clusters by centroid only).
+    router: LLMRouter | None = None
+    embed: Callable[[Sequence[str]], np.ndarray] | None = field(default=None, repr=False)
+    # A sentence said by this many distinct users of a tenant counts for nothing (0 = off).
+    common_phrase_users: int = 25
 
     async def decide(self, encoded: EncodedEvent) -> Decision | None:
-        """What this event changes, or None when it was already processed."""
+        """What this event changes, or None when it was already processed (or its user was
+        forgotten after it was stamped)."""
         event = encoded.event
         tenant, user = event.tenant_id, event.user_id
         snapshot = await self.state.load_user(tenant, user, event.event_id)
         if snapshot.already_processed:
             return None
+        if snapshot.forgotten_at is not None and event.ts.timestamp() <= snapshot.forgotten_at:
+            return None  # in flight (or replayed) when the user was forgotten: stays forgotten
         now = event.ts.timestamp()
         vector = normalize(np.asarray(encoded.embedding, dtype=np.float32))
-        assignment = assign(
-            snapshot.clusters,
-            vector,
-            event.metadata.importance,
-            now,
-            f"c{snapshot.next_cluster_number}",
-            self.cluster_params,
-        )
-        salient = is_salient(event.text)
+        phrases = tuple(phrase_keys(event.text))
+        salient = is_salient(event.text, await self._common_phrases(tenant, phrases))
         pinned = event.metadata.pin or is_remember_request(event.text)
+        clustering = await self._cluster(
+            snapshot.clusters or ClusterState.empty(self.cluster_params),
+            MemoryIn(
+                event.event_id,
+                vector,
+                event.metadata.importance,
+                terms_of(event.text),
+                pinned,
+            ),
+            event.text,
+            now,
+            tenant,
+            user,
+        )
         entities = tuple(extract_entities(event.text))
         signal = TurnSignal(
             event_id=event.event_id,
@@ -81,7 +113,7 @@ class Memorizer:
             ts=now,
             vector=vector,
             entities=entities,
-            cluster_id=assignment.cluster.cluster_id,
+            cluster_id=clustering.cluster_id,  # provisional (nearest) while buffered
             salient=salient,
             pinned=pinned,
         )
@@ -113,7 +145,7 @@ class Memorizer:
             text=event.text,
             ts=event.ts,
             speaker=event.metadata.speaker,
-            cluster_id=assignment.cluster.cluster_id,
+            cluster_id=clustering.cluster_id,  # at store time; members move on merge/split
             entities=list(entities),
             importance=event.metadata.importance,
             pinned=pinned,
@@ -124,15 +156,68 @@ class Memorizer:
             vector=vector,
             pending_add=signal if keep else None,
             pending_remove=[*consumed, *evicted],
-            cluster=assignment.cluster,
-            next_cluster_number=snapshot.next_cluster_number + 1 if assignment.created else None,
+            clusters=clustering.state,
+            clusters_changed=clustering.changed,
+            clusters_removed=clustering.removed,
+            cluster_version=snapshot.cluster_version,
             keys=detection.updated_keys,
         )
-        return Decision(tenant, user, triggers, update)
+        return Decision(tenant, user, triggers, update, clustering, phrases)
+
+    async def _common_phrases(self, tenant: str, phrases: tuple[str, ...]) -> frozenset[str]:
+        """The turn's sentence fingerprints that many users of the tenant have said."""
+        if not phrases or self.common_phrase_users <= 0:
+            return frozenset()
+        users = await self.state.phrase_users(tenant, phrases)
+        return frozenset(
+            p for p, n in zip(phrases, users, strict=True) if n >= self.common_phrase_users
+        )
+
+    async def _cluster(
+        self,
+        state: ClusterState,
+        memory: MemoryIn,
+        text: str,
+        now: float,
+        tenant: str,
+        user: str,
+    ) -> StepResult:
+        """One step of the pure engine, with the I/O it may ask for around it."""
+        params = self.cluster_params
+        if self.router is not None:
+            band, options = classify(state, memory.vector, params)
+            if band == "fuzzy":
+                route = await self.router.route(text, options)
+                memory = replace(memory, route=route)
+        needed = vectors_needed(state, memory, params)
+        vectors = await self.state.member_vectors(tenant, user, needed) if needed else {}
+        result = step(state, memory, now, params, vectors)
+        described = result.maintenance.described if result.maintenance else ()
+        if described and (self.router is not None or self.embed is not None):
+            result = await self._describe(result, described)
+        return result
+
+    async def _describe(self, result: StepResult, cluster_ids: Sequence[str]) -> StepResult:
+        """LLM names (when configured) and embeddings for clusters whose keywords changed."""
+        clusters = [c for c in (result.state.cluster(i) for i in cluster_ids) if c is not None]
+        texts = [c.description for c in clusters]
+        if self.router is not None:
+            named = [await self.router.describe(t) for t in texts]
+            texts = [n or t for n, t in zip(named, texts, strict=True)]
+        vectors: list[np.ndarray | None] = [None] * len(texts)
+        if self.embed is not None:
+            embedded = await asyncio.to_thread(self.embed, texts)
+            vectors = [embedded[i] if texts[i] else None for i in range(len(texts))]
+        state = with_descriptions(
+            result.state,
+            {c.cluster_id: (t, v) for c, t, v in zip(clusters, texts, vectors, strict=True)},
+        )
+        return replace(result, state=state)
 
     async def apply(self, decision: Decision) -> None:
         """Write what ``decide`` decided; call once its triggers are delivered."""
         await self.state.apply(decision.tenant_id, decision.user_id, decision.update)
+        await self.state.record_phrases(decision.tenant_id, decision.user_id, decision.phrases)
 
 
 def register_memorize(
@@ -148,19 +233,75 @@ def register_memorize(
             if encoded is None:
                 continue
             try:
-                decision = await with_retries(partial(memorizer.decide, encoded), stage=STAGE)
+                decision = await with_retries(
+                    partial(memorizer.decide, encoded), stage=STAGE, metrics=metrics
+                )
                 if decision is None:
                     metrics.events.labels(STAGE, "duplicate").inc()
+                    await with_retries(
+                        partial(
+                            _resend_open_triggers, memorizer.state, topics, message.key, encoded
+                        ),
+                        stage=STAGE,
+                        metrics=metrics,
+                    )
                     continue
+                await with_retries(
+                    partial(_remember_triggers, memorizer.state, decision, encoded.event.event_id),
+                    stage=STAGE,
+                    metrics=metrics,
+                )
                 for trigger in decision.triggers:
                     delivery = await topics.triggers.send(
                         key=message.key, value=trigger.model_dump_json().encode()
                     )
                     await delivery  # delivered before the state says "processed"
                     metrics.triggers.labels(trigger.reason).inc()
-                await with_retries(partial(memorizer.apply, decision), stage=STAGE)
+                await with_retries(partial(memorizer.apply, decision), stage=STAGE, metrics=metrics)
+                _count_clustering(metrics, decision.clustering)
             except Exception as exc:
                 await dead_letters.poison(exc, message.key, message.value)
                 continue
             metrics.events.labels(STAGE, "ok").inc()
             metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
+
+
+async def _remember_triggers(state: RedisState, decision: Decision, event_id: str) -> None:
+    """Keep what this event triggers until the event's seen mark expires: see below."""
+    if decision.triggers:
+        payloads = {t.trigger_id: t.model_dump_json().encode() for t in decision.triggers}
+        await state.remember_event_triggers(
+            decision.tenant_id, decision.user_id, event_id, payloads
+        )
+
+
+async def _resend_open_triggers(
+    state: RedisState, topics: Topics, key: bytes | None, encoded: EncodedEvent
+) -> None:
+    """A duplicate event re-sends its triggers that were never consolidated.
+
+    Its triggers were delivered before it was marked seen, but delivered is not consumed: a
+    broker that lost its log since then lost them too, and the replayed event, now a
+    duplicate, would never send them again. The consolidator skips a trigger whose ``trig:``
+    marker is set, so a re-send that races the first delivery costs a lookup, not a memory.
+    """
+    event = encoded.event
+    for payload in await state.open_event_triggers(event.tenant_id, event.user_id, event.event_id):
+        await (await topics.triggers.send(key=key, value=payload))
+
+
+def _count_clustering(metrics: Metrics, result: StepResult | None) -> None:
+    if result is None:
+        return
+    events = metrics.cluster_events
+    events.labels("fuzzy" if result.buffered else result.band).inc()
+    if result.flushed:
+        events.labels("flush").inc()
+    report = result.maintenance
+    if report is not None:
+        events.labels("maintenance").inc()
+        for name, n in (("split", report.splits), ("merge", report.merges)):
+            if n:
+                events.labels(name).inc(n)
+        if report.archived:
+            events.labels("archive").inc(report.archived)

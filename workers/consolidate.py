@@ -4,6 +4,9 @@ Triggers arrive in batches; duplicates of a key inside a batch fold into one job
 loads the key's turns from Redis and its current memory from the long-term store, asks the
 consolidator (LLM or extractive), merges, and upserts under the deterministic id
 uuid5(tenant:user:key) — consolidating a topic again updates its memory, never adds one.
+Then links: the user's memories that share an entity key or lie close in vector space are
+linked both ways (``memory.links``). The read-merge-write runs under the user's lock, which
+the strength worker (feedback boosts, decay) shares, so neither overwrites the other.
 """
 
 from __future__ import annotations
@@ -11,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import faust
+import numpy as np
 
 from memory.consolidation import merge_memory
+from memory.links import LinkParams, entity_keys, linked, related_ids
 from memory.ranking import memory_text
+from memory.strength import StrengthParams, initial_strength
 from memstream.metrics import Metrics
 from schemas import ConsolidatedMemory, RecurrenceTrigger
 from stores.encoder import OnnxEncoder
@@ -26,6 +32,7 @@ from stores.longterm import LongTermStore, memory_point_id
 from stores.redis_state import RedisState
 from streams.app import Topics
 from streams.handling import DeadLetters, with_retries
+from workers.locks import UserLocks
 
 STAGE = "consolidate"
 
@@ -70,11 +77,6 @@ def fold_triggers(triggers: Sequence[RecurrenceTrigger]) -> list[Job]:
     return list(jobs.values())
 
 
-def initial_strength(score: float, importance: float) -> float:
-    """Strength starts from the trigger's score, weighted up for important memories."""
-    return round(max(score, 0.1) * (0.5 + importance), 4)
-
-
 @dataclass
 class ConsolidationWorker:
     state: RedisState
@@ -84,6 +86,9 @@ class ConsolidationWorker:
     metrics: Metrics
     max_turns: int
     max_concurrency: int
+    locks: UserLocks = field(default_factory=UserLocks)
+    links: LinkParams = field(default_factory=LinkParams)
+    strength: StrengthParams = field(default_factory=StrengthParams)
 
     def __post_init__(self) -> None:
         self._limit = asyncio.Semaphore(self.max_concurrency)
@@ -114,26 +119,56 @@ class ConsolidationWorker:
                 raise
             self.metrics.llm_calls.labels(self.consolidator.name, "ok").inc()
             self.metrics.stage_latency.labels("llm").observe(time.perf_counter() - started)
-        memory = merge_memory(
-            existing,
-            content,
-            memory_id=memory_id,
-            tenant_id=job.tenant_id,
-            user_id=job.user_id,
-            key=job.key,
-            source_event_ids=[t.event_id for t in turns],
-            strength=initial_strength(job.score, job.importance),
-            now=now,
-        )
-        if existing is not None and memory == existing:
-            await self._mark_done(job)
-            self.metrics.consolidations.labels("unchanged").inc()
-            return None
-        vector = (await asyncio.to_thread(self.encoder.encode, [memory_text(memory)]))[0]
-        await self.longterm.upsert([(memory, vector)])
+        async with self.locks(job.tenant_id, job.user_id):
+            # A forget may have landed during the LLM call: its turns must not come back.
+            forgotten_at = await self.state.forgotten_at(job.tenant_id, job.user_id)
+            if forgotten_at is not None and all(t.ts.timestamp() <= forgotten_at for t in turns):
+                await self._mark_done(job)
+                self.metrics.consolidations.labels("skipped").inc()
+                return None
+            # Read again under the lock: a boost may have landed during the LLM call.
+            existing = await self.longterm.get(job.tenant_id, job.user_id, memory_id)
+            memory = merge_memory(
+                existing,
+                content,
+                memory_id=memory_id,
+                tenant_id=job.tenant_id,
+                user_id=job.user_id,
+                key=job.key,
+                source_event_ids=[t.event_id for t in turns],
+                strength=initial_strength(job.score, job.importance, self.strength),
+                now=now,
+            )
+            if existing is not None and memory == existing:
+                await self._mark_done(job)
+                self.metrics.consolidations.labels("unchanged").inc()
+                return None
+            vector = (await asyncio.to_thread(self.encoder.encode, [memory_text(memory)]))[0]
+            memory = await self._link(memory, vector)
+            await self.longterm.upsert([(memory, vector)])
+            await self._link_back(memory)
         await self._mark_done(job)
         self.metrics.consolidations.labels("updated" if existing else "created").inc()
         return memory
+
+    async def _link(self, memory: ConsolidatedMemory, vector: np.ndarray) -> ConsolidatedMemory:
+        """``memory`` linked to the user's related memories (shared entity keys, close vectors)."""
+        tenant, user, limit = memory.tenant_id, memory.user_id, self.links.max_links + 1
+        nearest = await self.longterm.search(tenant, user, vector, limit)
+        sharing = await self.longterm.find_by_keys(tenant, user, entity_keys(memory), limit)
+        related = related_ids(memory, [(h.memory, h.score) for h in nearest], sharing, self.links)
+        return linked(memory, related, self.links)
+
+    async def _link_back(self, memory: ConsolidatedMemory) -> None:
+        """Links are stored both ways: each memory ``memory`` links to links back to it."""
+        others = await self.longterm.get_many(memory.tenant_id, memory.user_id, memory.links)
+        changed = [
+            after
+            for other in others
+            if (after := linked(other, [memory.memory_id], self.links)) is not other
+        ]
+        if changed:
+            await self.longterm.rewrite(changed)
 
     async def _mark_done(self, job: Job) -> None:
         for trigger_id in job.trigger_ids:
@@ -165,7 +200,10 @@ def register_consolidate(
                 raw_by_id[trigger.trigger_id] = (message.key, message.value)
             jobs = fold_triggers(triggers)
             results = await asyncio.gather(
-                *(with_retries(lambda j=job: worker.run_job(j), stage=STAGE) for job in jobs),
+                *(
+                    with_retries(lambda j=job: worker.run_job(j), stage=STAGE, metrics=metrics)
+                    for job in jobs
+                ),
                 return_exceptions=True,
             )
             for job, result in zip(jobs, results, strict=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,18 +22,24 @@ T = TypeVar("T")
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment that gives a child process these settings."""
-    return {
-        "MEMSTREAM_DATA_DIR": str(settings.data_dir),
-        "MEMSTREAM_KAFKA__BROKER": settings.kafka.broker,
-        "MEMSTREAM_KAFKA__TOPIC_PREFIX": settings.kafka.topic_prefix,
-        "MEMSTREAM_KAFKA__PARTITIONS": str(settings.kafka.partitions),
-        "MEMSTREAM_REDIS__URL": settings.redis.url,
-        "MEMSTREAM_REDIS__PREFIX": settings.redis.prefix,
-        "MEMSTREAM_RPC__PORT": str(settings.rpc.port),
-        "MEMSTREAM_METRICS_INTERVAL_S": str(settings.metrics_interval_s),
-        "MEMSTREAM_METRICS_PORT": str(settings.metrics_port),
-    }
+    """The environment that gives a child process these settings: every field that differs
+    from its default, as ``MEMSTREAM_SECTION__FIELD`` (JSON for lists and maps)."""
+    env: dict[str, str] = {}
+    ours = settings.model_dump(mode="json")
+    for name, field in Settings.model_fields.items():
+        value, default = ours[name], field.get_default(call_default_factory=True)
+        if isinstance(value, dict) and not isinstance(getattr(settings, name), dict):
+            section_default = default.model_dump(mode="json")
+            for key, item in value.items():
+                if item != section_default.get(key) and item != "**********":
+                    env[f"MEMSTREAM_{name.upper()}__{key.upper()}"] = _env_value(item)
+        elif value != (default if not hasattr(default, "__fspath__") else str(default)):
+            env[f"MEMSTREAM_{name.upper()}"] = _env_value(value)
+    return env
+
+
+def _env_value(value: object) -> str:
+    return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
 @dataclass

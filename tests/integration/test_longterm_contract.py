@@ -280,6 +280,40 @@ async def test_count_filters(store: LongTermStore) -> None:
     assert await store.count(user_id="u1") == len(TENANTS) * PER_USER
 
 
+async def test_scan_pages_cover_every_owner_without_repeats(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    seen: list[str] = []
+    offset: str | None = None
+    while True:
+        page, offset = await store.scan(limit=10, offset=offset)
+        seen += [m.memory_id for m in page]
+        if offset is None:
+            break
+    everything = {m.memory_id for memories in seeded.values() for m, _ in memories}
+    assert len(seen) == len(set(seen)) == len(everything)
+    assert set(seen) == everything
+    assert seen == sorted(seen, key=uuid.UUID)  # point-id order, like list_user
+    with pytest.raises(ValueError, match="offset"):
+        await store.scan(limit=3, offset="page-2")
+
+
+async def test_rewrite_keeps_vector_and_refuses_strangers(store: LongTermStore) -> None:
+    seeded = await seed(store)
+    memory, vector = seeded[("acme", "u1")][2]
+    changed = memory.model_copy(update={"strength": 3.5, "links": ["x"], "feedback_ids": ["f"]})
+    # A memory that claims another user's id, and one that was never stored.
+    foreign = seeded[("globex", "u1")][2][0].model_copy(update={"user_id": "u9"})
+    missing = memory_factory("acme", "u1", "topic:never-stored")
+    assert await store.rewrite([changed, foreign, missing]) == 1
+    assert await store.get("acme", "u1", memory.memory_id) == changed
+    assert await store.get("acme", "u1", missing.memory_id) is None
+    assert await store.get("globex", "u1", foreign.memory_id) == seeded[("globex", "u1")][2][0]
+    hits = await store.search("acme", "u1", vector, limit=1)
+    assert hits[0].memory == changed
+    assert hits[0].score == pytest.approx(1.0, abs=1e-3)  # the vector was kept
+    assert await store.count() == len(TENANTS) * len(USERS) * PER_USER
+
+
 async def test_delete_user_removes_only_that_user(store: LongTermStore) -> None:
     seeded = await seed(store)
     total = await store.count()

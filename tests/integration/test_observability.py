@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from memstream.demo import SAMPLE_STREAM
 from memstream.metrics import catalogue
 from memstream.replay import replay_file
-from memstream.settings import Settings
+from memstream.settings import DEMO_API_KEY, Settings
 from rpc.publisher import EventPublisher
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from tests.integration.process import MemstreamProcess, settings_env, wait_for
@@ -37,6 +38,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 STILL = {
     "memstream_llm_tokens_total": "the extractive consolidator uses no tokens",
     "memstream_sample_errors_total": "no sampler fails here (asserted zero)",
+    "memstream_retries_total": "no store fails in a plain replay (make reliability: outages)",
     "memstream_consumer_lag": "0 once caught up; sampled, so a short replay may never show it",
 }
 
@@ -67,35 +69,103 @@ def up(
     process.stop()
 
 
+# The roles run apart, as in production: which catalogued series each process owns. Every
+# catalogued metric must be owned by one of them (a new metric: add it here).
+OWNED = {
+    "worker": {
+        "memstream_events_total",
+        "memstream_stage_latency_seconds",
+        "memstream_batch_size",
+        "memstream_dlq_total",
+        "memstream_triggers_total",
+        "memstream_consumer_lag",
+        "memstream_users",
+        "memstream_clusters",
+        "memstream_shortterm_turns",
+        "memstream_sample_errors_total",
+        "memstream_cluster_events_total",
+        "memstream_retries_total",
+    },
+    "consolidator": {
+        "memstream_events_total",
+        "memstream_stage_latency_seconds",
+        "memstream_batch_size",
+        "memstream_consolidations_total",
+        "memstream_llm_calls_total",
+        "memstream_llm_tokens_total",
+        "memstream_longterm_memories",
+        "memstream_consumer_lag",
+        "memstream_sample_errors_total",
+        "memstream_retries_total",
+    },
+    "serve": {"memstream_retrieval_latency_seconds", "memstream_http_requests_total"},
+}
+
+
+@dataclass
+class Split:
+    """``memstream worker``, ``consolidator`` and ``serve`` as three processes on one stream.
+
+    Each has its own Qdrant Edge folder (Edge is one-process), so the API's long-term
+    store stays empty here: this is about every process's metrics and probes, not answers.
+    """
+
+    settings: Settings
+    urls: dict[str, str]  # role -> base URL of its HTTP listener
+
+    def metrics(self, role: str) -> str:
+        return f"{self.urls[role]}/metrics"
+
+
 @pytest.fixture(scope="module")
-def worker(
+def split(
     broker: EmbeddedBroker, redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """A separate ``memstream worker`` with its own /metrics listener (and own topics)."""
-    tmp = tmp_path_factory.mktemp("worker")
-    settings = unique_settings(broker, redis_server, tmp / "data", metrics_port=free_port())
-    with (tmp / "worker.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream", "worker"],
+) -> Iterator[Split]:
+    tmp = tmp_path_factory.mktemp("split")
+    shared = unique_settings(broker, redis_server, tmp / "data")
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    urls: dict[str, str] = {}
+    try:
+        for role, command in (("worker", "worker"), ("consolidator", "consolidator")):
+            port = free_port()
+            role_settings = shared.model_copy(update={"data_dir": tmp / role, "metrics_port": port})
+            procs[role] = _start(command, role_settings, tmp / f"{role}.log")
+            urls[role] = f"http://127.0.0.1:{port}"
+        serve_settings = shared.model_copy(
+            update={
+                "data_dir": tmp / "serve",
+                "rpc": shared.rpc.model_copy(update={"port": free_port()}),
+            }
+        )
+        procs["serve"] = _start("serve", serve_settings, tmp / "serve.log")
+        urls["serve"] = f"http://127.0.0.1:{serve_settings.rpc.port}"
+        for role, url in urls.items():
+
+            def ready(role: str = role, url: str = url) -> bool:
+                proc = procs[role]
+                assert proc.poll() is None, (tmp / f"{role}.log").read_text()[-3000:]
+                try:
+                    return httpx.get(f"{url}/readyz", timeout=3).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            wait_for(ready, 90, f"memstream {role} /readyz")
+        yield Split(serve_settings, urls)
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            proc.wait(30)
+
+
+def _start(command: str, settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "memstream", command],
             env={**os.environ, **settings_env(settings)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
-
-    def serving() -> bool:
-        assert proc.poll() is None, (tmp / "worker.log").read_text()[-3000:]
-        try:
-            return "memstream_consumer_lag{" in httpx.get(url, timeout=1).text  # assigned
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(serving, 60, "memstream worker /metrics with its partitions")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def scrape(url: str) -> Samples:
@@ -115,16 +185,14 @@ def by_metric(samples: Samples, name: str, type_: str) -> dict[tuple[tuple[str, 
     return {labels: v for (n, labels), v in samples.items() if n in wanted}
 
 
-def test_every_catalogued_series_is_present_and_moving(up: MemstreamProcess) -> None:
-    metrics_url = f"{up.url}/metrics"
-    before = scrape(metrics_url)
-    settings = up.settings
+def publish_sample(settings: Settings) -> None:
+    """The sample stream and one invalid event (the DLQ must count it)."""
 
     async def publish() -> None:
         await replay_file(
             SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False
         )
-        bad = EventPublisher(settings.kafka.broker)  # one invalid event: the DLQ must count it
+        bad = EventPublisher(settings.kafka.broker)
         await bad.start()
         try:
             await bad.publish_many(settings.topic("events"), [("t:u", b"not an event")])
@@ -132,6 +200,26 @@ def test_every_catalogued_series_is_present_and_moving(up: MemstreamProcess) -> 
             await bad.close()
 
     asyncio.run(publish())
+
+
+def assert_moving(before: Samples, after: Samples, names: set[str], where: str) -> None:
+    for doc in catalogue():
+        if doc.name not in names:
+            continue
+        now = by_metric(after, doc.name, doc.type)
+        assert now, f"{doc.name} is not exported by {where}"
+        if doc.name in STILL:
+            continue
+        was = by_metric(before, doc.name, doc.type)
+        moved = [labels for labels, v in now.items() if v != was.get(labels, 0.0)]
+        assert moved, f"{doc.name} did not move in {where} during the replay"
+
+
+def test_every_catalogued_series_is_present_and_moving(up: MemstreamProcess) -> None:
+    metrics_url = f"{up.url}/metrics"
+    before = scrape(metrics_url)
+    settings = up.settings
+    publish_sample(settings)
     with up.client() as http:
         assert http.post("/v1/retrieve", json={"user_id": "cust-ana", "query": "order"}).is_success
 
@@ -142,14 +230,7 @@ def test_every_catalogued_series_is_present_and_moving(up: MemstreamProcess) -> 
         return now if memories > 0 and dlq > 0 else None
 
     after = wait_for(settled, 60, "consolidated memories and a dead letter in /metrics")
-    for doc in catalogue():
-        now = by_metric(after, doc.name, doc.type)
-        assert now, f"{doc.name} is not exported"
-        if doc.name in STILL:
-            continue
-        was = by_metric(before, doc.name, doc.type)
-        moved = [labels for labels, v in now.items() if v != was.get(labels, 0.0)]
-        assert moved, f"{doc.name} did not move during the replay"
+    assert_moving(before, after, {doc.name for doc in catalogue()}, "memstream up")
     errors = by_metric(after, "memstream_sample_errors_total", "counter")
     assert errors
     assert not any(errors.values()), errors
@@ -159,21 +240,49 @@ def test_every_catalogued_series_is_present_and_moving(up: MemstreamProcess) -> 
     assert settings.topic("triggers") in topics
 
 
+def test_split_processes_each_export_their_series_and_answer_probes(split: Split) -> None:
+    """worker, consolidator and serve apart: each one's series are present and moving."""
+    owned = set().union(*OWNED.values())
+    assert owned == {doc.name for doc in catalogue()}, "assign every catalogued metric a role"
+    before = {role: scrape(split.metrics(role)) for role in split.urls}
+    publish_sample(split.settings)
+    with httpx.Client(
+        base_url=split.urls["serve"], headers={"Authorization": f"Bearer {DEMO_API_KEY}"}
+    ) as http:
+        assert http.post("/v1/retrieve", json={"user_id": "cust-ana", "query": "order"}).is_success
+
+    def settled() -> dict[str, Samples] | None:
+        now = {role: scrape(split.metrics(role)) for role in split.urls}
+        memories = now["consolidator"].get(("memstream_longterm_memories", ()), 0)
+        dlq = sum(v for (n, _), v in now["worker"].items() if n == "memstream_dlq_total")
+        return now if memories > 0 and dlq > 0 else None
+
+    after = wait_for(settled, 90, "memories in the consolidator and a dead letter in the worker")
+    for role, names in OWNED.items():
+        assert_moving(before[role], after[role], names, f"memstream {role}")
+    for role in ("worker", "consolidator"):
+        live = httpx.get(f"{split.urls[role]}/healthz", timeout=5)
+        assert live.status_code == 200, live.text
+        assert live.json()["ok"]
+        ready = httpx.get(f"{split.urls[role]}/readyz", timeout=5).json()
+        assert ready["ok"], ready
+        checks = {"loop", "consumer", "redis"} | ({"qdrant"} if role == "consolidator" else set())
+        assert ready["checks"] == dict.fromkeys(checks, True), ready
+    assert httpx.get(f"{split.urls['worker']}/nothing", timeout=5).status_code == 404
+
+
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_real_prometheus_scrapes_every_process(
-    up: MemstreamProcess, worker: str, tmp_path: Path
+    up: MemstreamProcess, split: Split, tmp_path: Path
 ) -> None:
     shutil.copy(PROMETHEUS / "rules.yml", tmp_path / "rules.yml")
-    worker_target = worker.removeprefix("http://").removesuffix("/metrics")
+    jobs = {"memstream-up": up.url} | {f"memstream-{r}": url for r, url in split.urls.items()}
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": ["rules.yml"],
         "scrape_configs": [
-            {
-                "job_name": "memstream-serve",
-                "static_configs": [{"targets": [up.url.removeprefix("http://")]}],
-            },
-            {"job_name": "memstream-worker", "static_configs": [{"targets": [worker_target]}]},
+            {"job_name": job, "static_configs": [{"targets": [url.removeprefix("http://")]}]}
+            for job, url in jobs.items()
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -198,18 +307,18 @@ def test_real_prometheus_scrapes_every_process(
                 targets = httpx.get(f"{api}/targets", timeout=2).json()["data"]["activeTargets"]
             except (httpx.HTTPError, ValueError, KeyError):
                 return None
-            ok = len(targets) == 2 and all(t["health"] == "up" for t in targets)
+            ok = len(targets) == len(jobs) and all(t["health"] == "up" for t in targets)
             return targets if ok else None
 
         targets = wait_for(all_up, 45, "every target up in Prometheus")
-        assert {t["labels"]["job"] for t in targets} == {"memstream-serve", "memstream-worker"}
+        assert {t["labels"]["job"] for t in targets} == set(jobs)
 
         def query(expr: str) -> dict:
             body = httpx.get(f"{api}/query", params={"query": expr}, timeout=5).json()
             assert body["status"] == "success", (expr, body)
             return body["data"]
 
-        for job in ("memstream-worker", "memstream-serve"):
+        for job in ("memstream-up", "memstream-worker", "memstream-consolidator"):
             series = f'memstream_consumer_lag{{job="{job}"}}'
             wait_for(lambda s=series: query(s)["result"], 20, f"{series} in Prometheus")
         groups = httpx.get(f"{api}/rules", timeout=5).json()["data"]["groups"]

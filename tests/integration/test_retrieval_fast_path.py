@@ -1,7 +1,7 @@
 """The retrieval fast paths give the answers of the plain ones.
 
-- Short-term turns read lazily (embeddings first, JSON of the few that can rank) give the
-  same items and context as reading, parsing and ranking every turn.
+- The RPC's per-user turn index, synced incrementally, gives the same items and context as
+  one built from scratch; it reads nothing while the user's turns do not change.
 - The token counter memoised by line counts what the encoder's tokenizer counts.
 - The micro-batching query encoder returns what one-at-a-time encoding returns, encodes
   concurrent texts in shared calls, and hands every caller its error.
@@ -18,24 +18,15 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from memory.ranking import Candidate, assemble_context, rank, turn_text
-from memory.text import extract_entities
-from memory.vectors import cosine_to_rows
 from memstream.metrics import Metrics
 from memstream.settings import EncoderSettings, Settings
-from rpc.retrieval import (
-    KEY_MATCH_RELEVANCE,
-    QueryEncoder,
-    Retriever,
-    TokenCounter,
-    _memory_candidate,
-)
+from rpc.retrieval import QueryEncoder, Retriever, TokenCounter
 from schemas import ConsolidatedMemory, RetrieveRequest, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.longterm import memory_point_id
 from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState, TurnWithVector, UserUpdate
+from stores.redis_state import RedisState, UserUpdate
 
 pytestmark = pytest.mark.integration
 
@@ -109,102 +100,101 @@ async def _seed(
     await longterm.upsert(memories)
 
 
-async def _all_recent_turns(retriever: Retriever, tenant: str, user: str) -> list[TurnWithVector]:
-    """Every recent turn read and parsed, the way retrieval read them before."""
-    state = retriever.state
-    recent = await state.recent_embeddings(tenant, user, retriever.short_term_candidates)
-    return await state.turns(tenant, user, recent.ids)
-
-
-async def _eager(
-    retriever: Retriever, user: str, request: RetrieveRequest
-) -> tuple[list[tuple[str, float]], str]:
-    """What retrieval gave before: every turn read, parsed and ranked."""
-    vector = await retriever.queries.encode(request.query)
-    turns = await _all_recent_turns(retriever, "acme", user)
-    scored = await retriever.longterm.search("acme", user, vector, request.top_k)
-    keys = extract_entities(request.query)
-    keyed = await retriever.longterm.find_by_keys("acme", user, keys, request.top_k)
-    candidates = {m.memory_id: _memory_candidate(m, KEY_MATCH_RELEVANCE) for m in keyed}
-    for h in scored:
-        candidates.setdefault(h.memory.memory_id, _memory_candidate(h.memory, h.score))
-    sims = cosine_to_rows(vector, np.stack([t.vector for t in turns]))
-    for t, sim in zip(turns, sims, strict=True):
-        candidates[t.turn.event_id] = Candidate(
-            "turn",
-            t.turn.event_id,
-            turn_text(t.turn),
-            float(sim),
-            1.0,
-            t.turn.ts,
-            (t.turn.event_id,),
-        )
-    ranked = rank(list(candidates.values()), request.top_k)
-    context, used = assemble_context(
-        ranked, request.budget_tokens, retriever.queries.encoder.count_tokens
-    )
-    return [(c.id, round(s, 6)) for c, s in used], context
-
-
-@pytest.mark.parametrize("top_k", [1, 5, 12, 40])
-async def test_lazy_short_term_read_ranks_like_reading_everything(
-    stores: tuple[RedisState, QdrantEdgeStore], top_k: int
-) -> None:
-    state, longterm = stores
-    await _seed(state, longterm, "u1", np.random.default_rng(top_k))
-    retriever = Retriever(
+def _retriever(state: RedisState, longterm: QdrantEdgeStore, candidates: int = 500) -> Retriever:
+    return Retriever(
         queries=QueryEncoder(recording_encoder()),
         state=state,
         longterm=longterm,
         metrics=Metrics(CollectorRegistry()),
-        short_term_candidates=100,
+        short_term_candidates=candidates,
     )
-    kinds = set()
-    for query in ["where is my parcel", "status of order A-10293", "turn 7", "hello", "x y z"]:
-        request = RetrieveRequest(user_id="u1", query=query, top_k=top_k, budget_tokens=4096)
+
+
+QUERIES = ["where is my parcel", "status of order A-10293", "turn 7", "hello", "x y z"]
+
+
+async def _answers(retriever: Retriever, user: str, top_k: int) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = []
+    for query in QUERIES:
+        request = RetrieveRequest(user_id=user, query=query, top_k=top_k, budget_tokens=4096)
         got = await retriever.retrieve("acme", request)
-        items, context = await _eager(retriever, "u1", request)
-        assert [(i.id, i.score) for i in got.items] == items
-        assert got.context == context
-        kinds |= {i.kind for i in got.items}
-    assert kinds == {"memory", "turn"}
+        out.append((tuple((i.id, i.kind, i.score) for i in got.items), got.context))
+    return out
+
+
+@pytest.mark.parametrize("top_k", [1, 5, 12, 40])
+async def test_incremental_turn_index_ranks_like_a_cold_one(
+    stores: tuple[RedisState, QdrantEdgeStore], top_k: int
+) -> None:
+    state, longterm = stores
+    rng = np.random.default_rng(top_k)
+    await _seed(state, longterm, "u1", rng)
+    warm = _retriever(state, longterm, candidates=100)
+    await _answers(warm, "u1", top_k)
+    syncs = warm.turn_index.syncs
+    await _answers(warm, "u1", top_k)
+    assert warm.turn_index.syncs == syncs  # nothing written: no turn read again
+    # New turns arrive and the timeline trims the oldest: the warm index syncs only that.
+    state.max_turns = 110
+    for i in range(120, 130):
+        turn = StoredTurn(
+            event_id=f"ev{i:03d}",
+            session_id="s9",
+            role="user",
+            text=f"late turn {i} about my parcel and order A-{i % 7}",
+            ts=T0 + timedelta(hours=5, minutes=i),
+        )
+        v = rng.standard_normal(DIM).astype(np.float32)
+        await state.apply("acme", "u1", UserUpdate(turn.event_id, turn, v / np.linalg.norm(v)))
+    got = await _answers(warm, "u1", top_k)
+    assert warm.turn_index.syncs == syncs + 1
+    cold = await _answers(_retriever(state, longterm, candidates=100), "u1", top_k)
+    assert got == cold
+    kinds = {kind for items, _ in got for _, kind, _ in items}
+    assert kinds == {"memory", "turn"} or top_k == 1
 
 
 async def test_user_without_turns_or_memories_gets_an_empty_answer(
     stores: tuple[RedisState, QdrantEdgeStore],
 ) -> None:
     state, longterm = stores
-    retriever = Retriever(
-        queries=QueryEncoder(recording_encoder()),
-        state=state,
-        longterm=longterm,
-        metrics=Metrics(CollectorRegistry()),
-        short_term_candidates=500,
-    )
+    retriever = _retriever(state, longterm)
     got = await retriever.retrieve("acme", RetrieveRequest(user_id="nobody", query="hello"))
     assert (got.items, got.context, got.context_tokens) == ([], "", 0)
 
 
-async def test_lazy_read_skips_turns_that_expired(
+async def test_turns_past_their_ttl_are_never_returned(
     stores: tuple[RedisState, QdrantEdgeStore],
 ) -> None:
     state, longterm = stores
     await _seed(state, longterm, "u2", np.random.default_rng(3))
-    retriever = Retriever(
-        queries=QueryEncoder(recording_encoder()),
-        state=state,
-        longterm=longterm,
-        metrics=Metrics(CollectorRegistry()),
-        short_term_candidates=500,
-    )
+    retriever = _retriever(state, longterm)
     request = RetrieveRequest(user_id="u2", query="where is my parcel", top_k=8)
     before = await retriever.retrieve("acme", request)
-    gone = [i.id for i in before.items if i.kind == "turn"][:2]
-    await state.redis.delete(*(state._key("acme", "u2", "turn", g) for g in gone))
+    assert any(i.kind == "turn" for i in before.items)
+    # Late turns written with a 2 s TTL: found while they live, gone once it runs out,
+    # though nothing tells the index (no write, no version change) when Redis drops them.
+    short = RedisState(state.redis, prefix=state.prefix, ttl_days=2 / 86_400)
+    for i in range(3):
+        turn = StoredTurn(
+            event_id=f"brief{i}",
+            session_id="s9",
+            role="user",
+            text=f"where is my parcel, order A-9{i}",
+            ts=T0 + timedelta(days=1, minutes=i),
+        )
+        v = retriever.queries.encoder.encode([turn.text])[0]
+        await short.apply("acme", "u2", UserUpdate(turn.event_id, turn, v))
+    during = await retriever.retrieve("acme", request)
+    assert {i.id for i in during.items} >= {"brief0", "brief1", "brief2"}
+    syncs = retriever.turn_index.syncs
+    await asyncio.sleep(2.2)
     after = await retriever.retrieve("acme", request)
-    assert not {i.id for i in after.items} & set(gone)
-    items, _ = await _eager(retriever, "u2", request)
-    assert [(i.id, i.score) for i in after.items] == items
+    assert retriever.turn_index.syncs == syncs  # no Redis read told it
+    assert not any(i.id.startswith("brief") for i in after.items)
+    assert "A-90" not in after.context
+    cold = await _retriever(state, longterm).retrieve("acme", request)
+    assert [(i.id, i.score) for i in after.items] == [(i.id, i.score) for i in cold.items]
 
 
 async def test_query_encoder_batches_concurrent_texts() -> None:

