@@ -175,7 +175,8 @@ class Memstream:
             return False
 
     def metrics(self) -> Samples:
-        return Samples(httpx.get(self.metrics_url, timeout=10).text)
+        # Generous: a process busy with a replay on two shared cores can take seconds.
+        return Samples(httpx.get(self.metrics_url, timeout=60).text)
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
