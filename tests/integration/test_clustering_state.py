@@ -52,11 +52,8 @@ ENGINE = {"buffer_size": 4, "maintain_every": 10, "split_min_size": 8, "split_di
 
 @pytest.fixture
 def running(
-    settings_factory: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings_factory: Callable[..., Settings], tmp_path: Path
 ) -> Iterator[MemstreamProcess]:
-    # settings_env passes the connection settings only; the engine's go by environment too.
-    for name, value in ENGINE.items():
-        monkeypatch.setenv(f"MEMSTREAM_CLUSTER__{name.upper()}", str(value))
     process = MemstreamProcess(
         with_free_port(settings_factory(cluster=ENGINE)), tmp_path / "memstream.log"
     ).start()

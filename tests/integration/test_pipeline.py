@@ -6,8 +6,6 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -17,20 +15,9 @@ from memstream.replay import replay_file
 from memstream.settings import Settings
 from rpc.publisher import EventPublisher, bootstrap_servers
 from schemas import DeadLetter
-from tests.integration.process import MemstreamProcess, wait_for, with_free_port
+from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def running(
-    settings_factory: Callable[..., Settings], tmp_path: Path
-) -> Iterator[MemstreamProcess]:
-    process = MemstreamProcess(
-        with_free_port(settings_factory()), tmp_path / "memstream.log"
-    ).start()
-    yield process
-    process.stop()
 
 
 def retrieve(process: MemstreamProcess, user_id: str, query: str) -> dict:

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from memstream.settings import Settings
 from rpc.publisher import EventPublisher
 from schemas import ConsolidatedMemory, Feedback, InteractionEvent
-from tests.integration.process import MemstreamProcess, wait_for, with_free_port
+from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,17 +50,6 @@ SESSIONS: list[tuple[datetime, list[tuple[str, str]]]] = [
         ],
     ),
 ]
-
-
-@pytest.fixture
-def running(
-    settings_factory: Callable[..., Settings], tmp_path: Path
-) -> Iterator[MemstreamProcess]:
-    process = MemstreamProcess(
-        with_free_port(settings_factory()), tmp_path / "memstream.log"
-    ).start()
-    yield process
-    process.stop()
 
 
 def session_events(user: str, index: int) -> list[InteractionEvent]:
