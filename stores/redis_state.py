@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-import numpy.typing as npt
 from redis.asyncio import Redis
 
 from memory.clustering import (
@@ -78,39 +77,6 @@ def user_tag(tenant_id: str, user_id: str) -> str:
 class TurnWithVector:
     turn: StoredTurn
     vector: np.ndarray  # float32, unit norm (restored from float16)
-
-
-# Both scripts touch only keys under one user's hash tag (KEYS[1]'s), so they stay on one
-# Redis Cluster slot. A turn whose hash expired is skipped, as `RedisState.turns` does.
-_RECENT_EMBEDDINGS = """
-local ids = redis.call('ZRANGE', KEYS[1], -tonumber(ARGV[1]), -1, 'WITHSCORES')
-local out = {}
-for i = 1, #ids, 2 do
-  local emb = redis.call('HGET', ARGV[2] .. ids[i], 'emb')
-  if emb then
-    out[#out + 1] = ids[i]
-    out[#out + 1] = ids[i + 1]
-    out[#out + 1] = emb
-  end
-end
-return out
-"""
-_TURN_DOCS = """
-local out = {}
-for i = 2, #ARGV do
-  out[i - 1] = redis.call('HGET', ARGV[1] .. ARGV[i], 'doc')
-end
-return out
-"""
-
-
-@dataclass(frozen=True)
-class RecentTurns:
-    """A user's recent short-term turns, without their text: ids, times, embeddings."""
-
-    ids: list[str]
-    ts: npt.NDArray[np.float64]  # the timeline's scores: turn.ts.timestamp()
-    vectors: npt.NDArray[np.float32]  # (n, dim), unit norm (restored from float16)
 
 
 @dataclass(frozen=True)
@@ -159,8 +125,6 @@ class RedisState:
         self.ttl_s = int(ttl_days * DAY_S)
         self.max_turns = max_turns
         self.processed_ttl_s = int(processed_ttl_days * DAY_S)
-        self._recent_embeddings_script = redis.register_script(_RECENT_EMBEDDINGS)
-        self._turn_docs_script = redis.register_script(_TURN_DOCS)
         self.cluster_cache_users = cluster_cache_users
         self._cluster_cache: OrderedDict[tuple[str, str], tuple[tuple[str, int], ClusterState]]
         self._cluster_cache = OrderedDict()
@@ -315,39 +279,6 @@ class RedisState:
             vector = np.frombuffer(emb, dtype=np.float16).astype(np.float32)
             found.append(TurnWithVector(StoredTurn.model_validate_json(doc), vector))
         return found
-
-    async def recent_embeddings(self, tenant_id: str, user_id: str, limit: int) -> RecentTurns:
-        """The newest ``limit`` turns' ids, times and embeddings, in one round trip.
-
-        Retrieval scores these with numpy, then reads the text of only the few turns that can
-        rank (``turn_docs``): for 500 turns, ~5 ms against 19-34 ms for reading every doc.
-        """
-        flat = (
-            await self._recent_embeddings_script(
-                keys=[self._key(tenant_id, user_id, "timeline")],
-                args=[limit, self._key(tenant_id, user_id, "turn", "")],
-            )
-            if limit > 0
-            else []
-        )
-        if not flat:
-            return RecentTurns([], np.zeros(0), np.zeros((0, 0), dtype=np.float32))
-        ids = [i.decode() for i in flat[0::3]]
-        ts = np.array([float(s) for s in flat[1::3]], dtype=np.float64)
-        raw = np.frombuffer(b"".join(flat[2::3]), dtype=np.float16)
-        return RecentTurns(ids, ts, raw.astype(np.float32).reshape(len(ids), -1))
-
-    async def turn_docs(
-        self, tenant_id: str, user_id: str, ids: Sequence[str]
-    ) -> list[StoredTurn | None]:
-        """The turns asked for, in order; None where one expired since it was listed."""
-        if not ids:
-            return []
-        found = await self._turn_docs_script(
-            keys=[self._key(tenant_id, user_id, "timeline")],
-            args=[self._key(tenant_id, user_id, "turn", ""), *ids],
-        )
-        return [None if d is None else StoredTurn.model_validate_json(d) for d in found]
 
     async def clusters(self, tenant_id: str, user_id: str) -> list[Cluster]:
         """Every cluster of a user (archived ones too: they stay searchable), oldest first.

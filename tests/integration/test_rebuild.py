@@ -87,14 +87,14 @@ def snapshot(
         try:
             for tenant_user in await state.users():
                 tenant, user = tenant_user.split(":", 1)
-                recent = await state.recent_embeddings(tenant, user, 100_000)
-                docs = await state.turn_docs(tenant, user, recent.ids)
+                ids = await state.timeline_ids(tenant, user)
+                docs = [t.turn for t in await state.turns(tenant, user, ids)]
                 clusters = await state.clusters(tenant, user)
                 memories, _ = (
                     await store.list_user(tenant, user, limit=10_000) if store else ([], None)
                 )
                 found[tenant_user] = {
-                    "turns": sorted((d.event_id, d.cluster_id) for d in docs if d is not None),
+                    "turns": sorted((d.event_id, d.cluster_id) for d in docs),
                     "clusters": sorted((c.cluster_id, c.size) for c in clusters),
                     "memories": sorted(
                         (m.memory_id, m.key, tuple(sorted(m.source_event_ids))) for m in memories
