@@ -1,10 +1,13 @@
-"""Turn-level baselines for LoCoMo-dev: Okapi BM25 and dense cosine, over several turn formats.
+"""Turn-level baselines for LoCoMo-dev: Okapi BM25, dense cosine and their hybrid, over
+several turn formats.
 
 Each baseline ranks every turn of the question's own conversation (memstream keeps one user
 per conversation, so the baselines search the same pool). BM25 is Okapi BM25 (k1 = 1.2,
 b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) over ``memory.text.tokenize`` tokens,
 written here with numpy; dense is cosine over all-MiniLM-L6-v2 embeddings from the same
-``OnnxEncoder`` memstream runs. Ties keep conversation order (earlier turn first).
+``OnnxEncoder`` memstream runs; hybrid fuses the two rankings of the same format by
+reciprocal rank (RRF, score = sum of 1 / (k + rank), k = 60 as in Cormack et al.), the
+usual way a search system combines them. Ties keep conversation order (earlier turn first).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from bench.locomo import (
 from memory.text import tokenize
 from stores.encoder import OnnxEncoder
 
-Retriever = Literal["BM25", "dense"]
+Retriever = Literal["BM25", "dense", "hybrid"]
+RRF_K = 60
+HYBRID_FORMATS: tuple[Format, ...] = ("speaker (date): text", "speaker (date): text + caption")
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -44,11 +49,14 @@ class Baseline:
 
     @property
     def name(self) -> str:
-        what = "BM25" if self.retriever == "BM25" else "MiniLM cosine"
-        return f"{what} over `{self.fmt}`"
+        what = {"BM25": "BM25", "dense": "MiniLM cosine", "hybrid": "BM25 + MiniLM (RRF)"}
+        return f"{what[self.retriever]} over `{self.fmt}`"
 
 
-BASELINES: tuple[Baseline, ...] = tuple(Baseline(r, f) for r in ("BM25", "dense") for f in FORMATS)
+BASELINES: tuple[Baseline, ...] = (
+    *(Baseline(r, f) for r in ("BM25", "dense") for f in FORMATS),
+    *(Baseline("hybrid", f) for f in HYBRID_FORMATS),
+)
 
 
 class BM25:
@@ -87,6 +95,14 @@ def _order(scores: FloatArray) -> list[int]:
     return [int(i) for i in np.argsort(-scores, kind="stable")]
 
 
+def rrf(orders: Sequence[Sequence[int]], n: int, k: int = RRF_K) -> FloatArray:
+    """Reciprocal rank fusion of full rankings of ``n`` documents: sum of 1 / (k + rank)."""
+    fused = np.zeros(n, dtype=np.float64)
+    for order in orders:
+        fused[np.asarray(order, dtype=np.intp)] += 1.0 / (k + np.arange(1, len(order) + 1))
+    return fused
+
+
 def rank_conversation(
     baseline: Baseline,
     turns: Sequence[Turn],
@@ -100,16 +116,21 @@ def rank_conversation(
     """
     texts = [format_turn(t, baseline.fmt) for t in turns]
     ids = [t.dia_id for t in turns]
+    index = BM25([tokenize(text) for text in texts]) if baseline.retriever != "dense" else None
+    matrix = (
+        np.stack([embed[text] for text in texts]).astype(np.float64)
+        if baseline.retriever != "BM25"
+        else None
+    )
     ranked: dict[str, list[str]] = {}
-    if baseline.retriever == "BM25":
-        index = BM25([tokenize(text) for text in texts])
-        for q in questions:
-            ranked[q.question_id] = [ids[i] for i in _order(index.scores(tokenize(q.question)))]
-        return ranked
-    matrix = np.stack([embed[text] for text in texts]).astype(np.float64)
     for q in questions:
-        sims: FloatArray = matrix @ embed[q.question].astype(np.float64)
-        ranked[q.question_id] = [ids[i] for i in _order(sims)]
+        orders = []
+        if index is not None:
+            orders.append(_order(index.scores(tokenize(q.question))))
+        if matrix is not None:
+            orders.append(_order(matrix @ embed[q.question].astype(np.float64)))
+        order = orders[0] if len(orders) == 1 else _order(rrf(orders, len(ids)))
+        ranked[q.question_id] = [ids[i] for i in order]
     return ranked
 
 
@@ -125,7 +146,7 @@ def rank_all(
     """
     wanted = {q.question for q in questions}
     for b in baselines:
-        if b.retriever == "dense":
+        if b.retriever != "BM25":
             wanted.update(format_turn(t, b.fmt) for conv in turns.values() for t in conv)
     unique = sorted(wanted)
     vectors = encoder.encode(unique) if unique else np.empty((0, encoder.dim), np.float32)

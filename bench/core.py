@@ -18,9 +18,21 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "event to retrievable p95 ms",
     "retrieval p99 ms (half load, 10k/user)",
     "retrieval server-side p99 ms (10k/user, 1M store)",
-    "LoCoMo-dev R@10",
-    "LoCoMo-dev evidence recall @1024 tokens",
+    "LoCoMo-dev R@10 (source turns ranked)",
+    "LoCoMo-dev evidence shown @1024 tokens",
+    "LoCoMo-dev evidence shown @512 tokens",
+    *(
+        f"{row}, {category}"
+        for row in (
+            "LoCoMo-dev R@10 (source turns ranked)",
+            "LoCoMo-dev evidence shown @1024 tokens",
+            "LoCoMo-dev evidence shown @512 tokens",
+        )
+        for category in ("1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop")
+    ),
     "LLM calls per event",
+    "consolidator input tokens (recurrence vs eager, LoCoMo-dev)",
+    "evidence shown @1024, recurrence vs eager consolidation",
     "cluster ARI (synthetic)",
     "clustering ms/event @500 clusters",
     "peak RSS MiB (100k memories)",

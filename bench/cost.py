@@ -1,6 +1,6 @@
 """Cost: LLM calls per 1,000 events, memstream's recurrence gate next to an eager baseline.
 
-``run`` (``memstream bench --only cost``) replays the sample stream and then LoCoMo-dev
+``run`` (``python -m bench --only cost``) replays the sample stream and then LoCoMo-dev
 through a real ``memstream up`` (broker, encode, memorize, consolidate with the offline
 extractive consolidator, Qdrant Edge, RPC) twice in the same run: once as shipped
 (consolidation only where recurrence fires), once eager (``recurrence.eager``: every event
@@ -55,6 +55,7 @@ NAME = "cost"
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_STREAM = REPO / "examples" / "sample_stream.jsonl"
 TARGET = 0.1  # LLM calls per event (issue 5)
+QUIET_S = 3.0  # a topic read from the start is done once nothing came for this long
 QUICK_CONVERSATION = "conv-30"
 QUICK_QUESTIONS = 40
 RANK_BUDGET = 8192  # every top-k item fits: the ranking, not the budget, is scored
@@ -110,9 +111,17 @@ async def consolidated_messages(broker_url: str, topic: str) -> list[Consolidate
         await consumer.seek_to_beginning(*partitions)
         end = await consumer.end_offsets(partitions)
         found: list[ConsolidatedMemory] = []
+        # Tansu's end offsets can overshoot after multi-record batches: stop when the log
+        # has gone quiet too, not only when every position reached its "end".
+        quiet_since = time.monotonic()
         while any([await consumer.position(tp) < end[tp] for tp in partitions]):
-            for records in (await consumer.getmany(timeout_ms=1000)).values():
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
                 found += [ConsolidatedMemory.model_validate_json(r.value) for r in records]
+            if batches:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > QUIET_S:
+                break
         return found
     finally:
         await consumer.stop()

@@ -195,6 +195,20 @@ def recall_at_k(ranking: Ranking, evidence: Collection[str], k: int) -> float:
     return len(set(evidence) & found) / len(set(evidence))
 
 
+def flatten(ranking: Sequence[Sequence[str]]) -> list[frozenset[str]]:
+    """Honest positions: every source turn of a memory takes its own rank slot, in the
+    memory's source order; a turn met again later is not counted twice. A baseline's
+    ranking (one turn a position) is unchanged."""
+    seen: set[str] = set()
+    flat: list[frozenset[str]] = []
+    for position in ranking:
+        for dia in position:
+            if dia not in seen:
+                seen.add(dia)
+                flat.append(frozenset((dia,)))
+    return flat
+
+
 def hit_at_k(ranking: Ranking, evidence: Collection[str], k: int) -> float:
     """1.0 when at least one evidence turn is within the first ``k`` positions."""
     wanted = set(evidence)

@@ -1,4 +1,4 @@
-"""The benchmark harness behind ``memstream bench``: run the suite, write the report.
+"""The benchmark harness behind ``make bench`` (``python -m bench``): run it, write the report.
 
 This module owns which benchmarks exist (``BENCHMARKS``, imported lazily, one missing
 module is a note, not a failure), running each one under a progress display, and the
@@ -46,9 +46,12 @@ BENCHMARKS: tuple[str, ...] = (
     "ingest",
     "resources",
     "retrieval_latency",
+    "archive",  # retrieval cost with 10k turns per user, hot and archived
     "quality",
     "clustering",
     "cost",  # after resources: its "LLM calls per event" row (gated vs eager) is the headline
+    # Recurrence vs eager (evidence shown, input tokens) and the local LLM against extractive.
+    "consolidators",
 )
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = Path(os.environ.get("MEMSTREAM_SHARED_BENCH", REPO.parent / "shared" / "bench"))

@@ -3,8 +3,8 @@
 Each member keeps a few content words (``terms_of`` its text, taken when it is memorized), so
 a description needs no text read back from storage. A word scores its count in the cluster
 times its inverse cluster frequency over the user's clusters (tf-idf with clusters as
-documents): words every topic shares ("order", "help") sink, the topic's own rise. The LLM
-path (``stores.router``) replaces the words with a short phrase when a backend is configured.
+documents): words every topic shares ("order", "help") sink, the topic's own rise. They are
+computed at ingest, so no LLM is asked for them (the LLM works only in consolidation).
 """
 
 from __future__ import annotations

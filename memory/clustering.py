@@ -16,8 +16,10 @@ uses the state's current (adaptive) thresholds:
   nearest cluster (at >= merge threshold) or, when the group is two or more memories that
   agree with each other, opens a new one; a lone memory joins its nearest cluster when that
   is still above the create threshold.
-- ``routed``: a fuzzy memory the LLM router placed (``MemoryIn.route``: a cluster id or
-  ``"new"``); see ``stores.router``. An unknown answer falls back to the buffer.
+- ``routed``: a fuzzy memory placed by a routing answer (``MemoryIn.route``: a cluster id or
+  ``"new"``), CLAG's SLM routing. No stage asks an LLM for it today: an answer that arrives
+  after later events were clustered would make clusters depend on timing (README, "LLM
+  path"). An unknown answer falls back to the buffer.
 
 Every ``maintain_every`` memories, ``cluster_maintenance.maintain`` reorganises the clusters.
 Splitting needs member vectors, which live with the turns in Redis: ask ``vectors_needed``

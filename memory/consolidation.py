@@ -4,7 +4,9 @@
 - ``memory.merge``: ``merge_memory``, the fold of fresh content into a stored memory, with
   supersede-to-history (nothing is silently deleted).
 - ``memory.due``: ``parse_due``, due times stated in English and Chinese.
-- ``memory.phrases``: the state / promise / completion phrase lists both share.
+- ``memory.phrases``: what a sentence asserts (a state such as delivered, a promise, the
+  resolution of a promise), which both share.
+- ``memory.render``: ``memory_text``, a memory as context text (current state first).
 """
 
 from memory.due import parse_due

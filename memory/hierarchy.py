@@ -118,3 +118,40 @@ def hierarchical_search(
                 HierarchyHit(turn_ids[row], shelf.cluster_id, float(sims[int(j)]), shelf.similarity)
             )
     return hits
+
+
+def expand_in_clusters(
+    relevance: npt.ArrayLike,
+    cluster_of: Sequence[str | None],
+    *,
+    seeds: int = 3,
+    per_seed: int = 2,
+    share: float = 0.9,
+) -> npt.NDArray[np.float64]:
+    """Cluster expansion for multi-hop questions: lift the cluster-mates of the best hits.
+
+    The ``seeds`` most relevant rows each lift their ``per_seed`` most relevant mates (rows
+    of the same cluster; ``cluster_of[i]`` is row i's cluster, None for none) to at least
+    ``share`` of the seed's relevance, so the second half of an answer that shares a topic
+    but not the question's words can follow its first half. Never lowers a relevance;
+    ties go to the row listed first. Returns a new array.
+    """
+    rel = np.asarray(relevance, dtype=np.float64)
+    if rel.shape != (len(cluster_of),):
+        raise ValueError(f"{rel.shape[0]} relevances against {len(cluster_of)} clusters")
+    out = rel.copy()
+    order = np.argsort(-rel, kind="stable")
+    members: dict[str, list[int]] = {}
+    for row in order:  # best first inside each cluster
+        c = cluster_of[int(row)]
+        if c is not None:
+            members.setdefault(c, []).append(int(row))
+    for seed in order[: max(seeds, 0)]:
+        c = cluster_of[int(seed)]
+        if c is None:
+            continue
+        mates = [r for r in members[c] if r != int(seed)][: max(per_seed, 0)]
+        lifted = share * float(rel[int(seed)])
+        for r in mates:
+            out[r] = max(out[r], lifted)
+    return out

@@ -107,6 +107,11 @@ _AGENT_FRAME = re.compile(
     | \b(?:have\s+a\s+)?(?:nice|great|good|lovely)\s+(?:day|evening|weekend|afternoon)\b
     | \b(?:take\s+care|speak\s+(?:soon|tomorrow|later))\b
     | \b(?:glad|great|good|wonderful|nice)\s+to\s+hear(?:\s+(?:it|that))?\b
+    | \bstay\s+safe\b | \b(?:chat|talk|see\s+you)\s+(?:soon|later|tomorrow)\b
+    | \b(?:happy|glad)\s+(?:to|i\s+could)\s+help\b | \bhope\s+(?:this|that)\s+helps\b
+    | \b(?:no,?\s+)?that'?s\s+(?:all|everything)(?:\s+for\s+(?:now|today))?\b
+    | \bsorry\s+(?:again\s+)?(?:for|about)\s+the\s+(?:wait|inconvenience|trouble|delay)\b
+    | \b(?:enjoy|have)\s+(?:the|your)\s+(?:day|evening|weekend)\b
     | 请问有什么可以帮(?:您|你)的?|还有其他(?:问题|需要)吗|祝您愉快|祝你愉快
     """,
     re.IGNORECASE | re.VERBOSE,
@@ -326,6 +331,22 @@ _DATE_ZH_RE = re.compile(
 # Digits with the usual separators; must start and end on a digit (after an optional "+").
 # "$" before it means a price; letters or digits around it mean it is part of something else.
 _PHONE_RE = re.compile(r"(?<![A-Za-z0-9+$€£¥.,])\+?\d(?:[\d ().-]*\d)?(?![A-Za-z0-9])")
+# "#4926978": a number written after "#" is a reference (an order, unless the word before
+# says ticket, case, room...), never a phone number.
+_HASH_ID_RE = re.compile(rf"(?<![A-Za-z0-9#&])#\s?(?P<id>{_ID}){_NOT_AFTER}")
+_HASH_NOT_ORDER = re.compile(
+    r"\b(?:ticket|case|invoice|issue|room|apt|apartment|unit|suite|flat|house|step|item|line"
+    r"|page|rank|size|number|no)\.?\s*$",
+    re.IGNORECASE,
+)
+# A run of bare digits (no "+", no separators) is a phone number only when it is long enough
+# to be one on its own (10+ digits) or the words just before it say phone, call, mobile...
+_PHONE_CUE = re.compile(
+    r"(?:phone|call|tel|mobile|cell|number|whatsapp|sms|text|reach|电话|手机|号码|号)\W{0,3}"
+    r"(?:\w+\W+){0,3}$",
+    re.IGNORECASE,
+)
+_MIN_BARE_PHONE_DIGITS = 10
 _DECIMAL_RE = re.compile(r"\d+\.\d+")
 _IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _MIN_PHONE_DIGITS, _MAX_PHONE_DIGITS, _MAX_PHONE_GROUPS = 7, 15, 6
@@ -450,7 +471,19 @@ def _phone_key(m: re.Match[str]) -> str | None:
     groups = re.findall(r"\d+", raw)
     if len(groups) > _MAX_PHONE_GROUPS or max(len(g) for g in groups) < 3:
         return None
+    if raw.isdigit() and len(raw) < _MIN_BARE_PHONE_DIGITS:
+        before = m.string[max(0, m.start() - 30) : m.start()].replace(_MASK, " ")
+        if not _PHONE_CUE.search(before):
+            return None
     return "phone:" + ("+" if raw.startswith("+") else "") + digits
+
+
+def _hash_key(m: re.Match[str]) -> str | None:
+    ident = m.group("id")
+    before = m.string[max(0, m.start() - 20) : m.start()]
+    if _HASH_NOT_ORDER.search(before) or not _order_id_ok(ident, explicit_marker=True):
+        return None
+    return f"order:{_canonical_id(ident)}"
 
 
 def _marked_product_key(m: re.Match[str]) -> str | None:
@@ -465,11 +498,28 @@ def _code_token_key(m: re.Match[str]) -> str | None:
     return f"product:{ident.upper()}" if _is_product_code(ident) else None
 
 
+# Kinds whose value is one reference code: "ref A-99812" reads as a product code and
+# "order A-99812" as an order, but a customer asking about either means the same thing.
+_REFERENCE_KINDS = ("order", "product", "tracking")
+
+
+def lookup_keys(keys: list[str]) -> list[str]:
+    """The keys to look a query's entities up by: each reference code under every kind a
+    turn may have filed it as (sorted, unique); other keys as they are."""
+    out = set(keys)
+    for key in keys:
+        kind, _, value = key.partition(":")
+        if kind in _REFERENCE_KINDS:
+            out.update(f"{k}:{value}" for k in _REFERENCE_KINDS)
+    return sorted(out)
+
+
 def extract_entities(text: str) -> list[str]:
     """Normalised entity keys a turn names, sorted and unique.
 
-    ``order:<ID>`` (IDs upper-cased, hyphens kept), ``email:<lower>``, ``phone:<digits>`` (a
-    leading ``+`` kept, 7-15 digits), ``date:YYYY-MM-DD`` (a year is required),
+    ``order:<ID>`` (IDs upper-cased, hyphens kept; also a bare ``#<ID>``), ``email:<lower>``,
+    ``phone:<digits>`` (a leading ``+`` kept, 7-15 digits; a bare run of under 10 digits only
+    after a cue such as "phone" or "call"), ``date:YYYY-MM-DD`` (a year is required),
     ``product:<CODE>`` (SKU-like codes), ``tracking:<ID>``. Plain numbers, times, prices and
     bare years are not entities.
     """
@@ -485,6 +535,7 @@ def extract_entities(text: str) -> list[str]:
         scanner.run(pattern, _date_key)
     scanner.run(_PRODUCT_MARKED_RE, _marked_product_key)
     scanner.run(_PRODUCT_ZH_RE, _marked_product_key)
+    scanner.run(_HASH_ID_RE, _hash_key)
     scanner.run(_PHONE_RE, _phone_key)
     scanner.run(_CODE_TOKEN_RE, _code_token_key)
     return sorted(scanner.keys)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging.config
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -22,6 +24,7 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 schemas_cli = typer.Typer(no_args_is_help=True, help="JSON Schema of every topic and RPC body.")
 cli.add_typer(schemas_cli, name="schemas")
 console = Console()
+errors = Console(stderr=True)
 
 Port = Annotated[int | None, typer.Option(help="RPC port (default: settings, 8080).")]
 
@@ -36,10 +39,48 @@ def _settings(port: int | None = None) -> Settings:
     return settings
 
 
-def _run(settings: Settings, roles: frozenset[Role], job: Job | None = None) -> None:
-    from memstream.runtime import run_process
+def _fail(message: str) -> NoReturn:
+    """A user's mistake or a missing service: one line on stderr, exit 1, no traceback."""
+    errors.print(message, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
-    raise typer.Exit(run_process(settings, roles, job=job))
+
+def _run(settings: Settings, roles: frozenset[Role], job: Job | None = None) -> None:
+    from memstream.runtime import StartupError, run_process
+
+    try:
+        code = run_process(settings, roles, job=job)
+    except StartupError as exc:
+        _fail(str(exc))
+    raise typer.Exit(code)
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def banner(settings: Settings) -> str:
+    """How to ask the running stack something; the demo key only where it is accepted."""
+    url = f"http://{settings.rpc.host}:{settings.rpc.port}"
+    key = DEMO_API_KEY if not settings.rpc.api_keys else "$MEMSTREAM_API_KEY"
+    note = "" if not settings.rpc.api_keys else "  (rpc.api_keys is set: use one of its keys)\n"
+    return (
+        f"\n[bold green]memstream is serving on {url}[/] (Ctrl-C stops it)\n{note}"
+        f"  curl -s {url}/v1/retrieve -H 'Authorization: Bearer {key}' "
+        "-H 'Content-Type: application/json' \\\n"
+        '    -d \'{"user_id": "cust-ana", "query": "What is the status of order A-10293?"}\'\n'
+        f"  metrics: {url}/metrics   docs: {url}/docs"
+    )
+
+
+RestoreForgotten = Annotated[
+    bool,
+    typer.Option(
+        help="Lift the forget tombstones of the users in the replayed file first, so the "
+        "replay brings them back (they are kept otherwise: a replay skips a forgotten "
+        "user's earlier events)."
+    ),
+]
 
 
 @cli.command()
@@ -48,24 +89,26 @@ def up(
     replay: Annotated[
         Path | None, typer.Option(help="Replay this JSONL file once started.")
     ] = None,
+    restore_forgotten: RestoreForgotten = False,
 ) -> None:
     """Start the embedded stack and every role in this process; serve until Ctrl-C."""
     settings = _settings(port)
+    if replay is not None and not replay.is_file():
+        _fail(f"no such file to replay: {replay}")
 
     async def announce(running: RunningProcess) -> int:
         from memstream.demo import replay_sample
 
         await running.api_ready.wait()
         if replay is not None:
-            await replay_sample(running, replay)
-        url = f"http://{settings.rpc.host}:{settings.rpc.port}"
-        console.print(
-            f"\n[bold green]memstream is serving on {url}[/] (Ctrl-C stops it)\n"
-            f"  curl -s {url}/v1/retrieve -H 'Authorization: Bearer {DEMO_API_KEY}' "
-            "-H 'Content-Type: application/json' \\\n"
-            '    -d \'{"user_id": "cust-ana", "query": "What is the status of order A-10293?"}\'\n'
-            f"  metrics: {url}/metrics   docs: {url}/docs"
-        )
+            url = f"http://{settings.rpc.host}:{settings.rpc.port}"
+            console.print(
+                f"memstream is up on {url}; replaying {replay.name} — answers fill in until "
+                "it settles (/readyz says how many events are pending)",
+                soft_wrap=True,
+            )
+            await replay_sample(running, replay, restore_forgotten=restore_forgotten)
+        console.print(banner(running.settings), soft_wrap=True)  # the curl must paste whole
         await asyncio.Event().wait()  # serve until the worker is stopped
         return 0
 
@@ -73,11 +116,13 @@ def up(
 
 
 @cli.command()
-def demo(port: Port = None) -> None:
+def demo(port: Port = None, restore_forgotten: RestoreForgotten = False) -> None:
     """Start everything, replay the bundled sample, ask the example questions, stop."""
+    from functools import partial
+
     from memstream.demo import run_demo
 
-    _run(_settings(port), ALL_ROLES, run_demo)
+    _run(_settings(port), ALL_ROLES, partial(run_demo, restore_forgotten=restore_forgotten))
 
 
 @cli.command()
@@ -95,9 +140,12 @@ def consolidator() -> None:
 @cli.command()
 def serve(port: Port = None) -> None:
     """The retrieval API alone (needs an external broker, Redis and Qdrant server)."""
-    from memstream.runtime import serve_standalone
+    from memstream.runtime import StartupError, serve_standalone
 
-    asyncio.run(serve_standalone(_settings(port)))
+    try:
+        asyncio.run(serve_standalone(_settings(port)))
+    except StartupError as exc:
+        _fail(str(exc))
 
 
 @cli.command()
@@ -106,16 +154,44 @@ def replay(
     broker: Annotated[
         str | None, typer.Option(help="kafka://host:port (default: settings).")
     ] = None,
+    restore_forgotten: RestoreForgotten = False,
 ) -> None:
     """Publish a JSONL file of InteractionEvents to memstream.events, with a progress bar."""
-    from memstream.replay import replay_file
+    from memstream.replay import file_users, forgotten_hint, forgotten_users, replay_file
+    from memstream.wiring import open_state
 
     settings = _settings()
     url = broker or settings.kafka.broker
     if not url:
         raise typer.BadParameter("no broker: pass --broker or set MEMSTREAM_KAFKA__BROKER")
-    sent = asyncio.run(replay_file(file, url, settings.topic("events")))
-    console.print(f"sent {sent} events to {settings.topic('events')}")
+    if restore_forgotten and not settings.redis.url:
+        raise typer.BadParameter(
+            "--restore-forgotten needs the stack's Redis (MEMSTREAM_REDIS__URL); with the "
+            "embedded stack use `memstream up --replay FILE --restore-forgotten`"
+        )
+
+    async def run() -> int:
+        if settings.redis.url:  # tombstones: say who stays forgotten, or lift them
+            state = open_state(settings, settings.redis.url)
+            try:
+                found = await forgotten_users(state, file_users(file), restore=restore_forgotten)
+            finally:
+                await state.close()
+            if found:
+                console.print(forgotten_hint(found, restored=restore_forgotten), soft_wrap=True)
+        return await replay_file(file, url, settings.topic("events"))
+
+    from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its retries: we say it once
+    try:
+        sent = asyncio.run(run())
+    except KafkaError as exc:
+        _fail(f"no broker answers at {url} ({type(exc).__name__}) — pass --broker or start it")
+    except RedisConnectionError:
+        _fail(f"no Redis answers at {settings.redis.url} — check MEMSTREAM_REDIS__URL")
+    console.print(f"sent {_plural(sent, 'event')} to {settings.topic('events')}")
 
 
 @cli.command()
@@ -214,16 +290,27 @@ def search(
     url: Annotated[str, typer.Option(help="RPC base URL.")] = "http://127.0.0.1:8080",
     api_key: Annotated[str, typer.Option(envvar="MEMSTREAM_API_KEY")] = DEMO_API_KEY,
     budget: Annotated[int, typer.Option(help="Context budget in tokens.")] = 512,
+    context: Annotated[
+        bool, typer.Option("--context", help="Print the assembled context instead.")
+    ] = False,
 ) -> None:
-    """Ask a running memstream for a user's memories and print the assembled context."""
+    """Ask a running memstream for a user's memories: the items, or the assembled context."""
     from rpc.client import MemoryClient
 
-    with MemoryClient(url, api_key) as client:
+    with _service_errors(url), MemoryClient(url, api_key) as client:
         answer = client.retrieve(user, query, budget_tokens=budget)
+    if context:  # exactly what a bot would paste into its prompt
+        console.print(answer.context, markup=False, highlight=False)
+        return
     for item in answer.items:
-        console.print(f"[bold]{item.kind}[/] {item.score:.3f} {item.text}")
-    header = f"context ({answer.context_tokens} tokens, {answer.took_ms} ms)"
-    console.print(f"\n[dim]{header}:[/]\n{answer.context}")
+        console.print(f"[bold]{item.kind}[/] {item.score:.3f} ", end="")
+        console.print(item.text, markup=False, highlight=False, soft_wrap=True)
+    found = _plural(len(answer.items), "item") if answer.items else f"nothing about {user} yet"
+    console.print(
+        f"[dim]{found}; context {answer.context_tokens} tokens in {answer.took_ms:.1f} ms "
+        "(--context prints it)[/]",
+        soft_wrap=True,
+    )
 
 
 @cli.command()
@@ -232,30 +319,58 @@ def forget(
     url: Annotated[str, typer.Option(help="RPC base URL.")] = "http://127.0.0.1:8080",
     api_key: Annotated[str, typer.Option(envvar="MEMSTREAM_API_KEY")] = DEMO_API_KEY,
 ) -> None:
-    """Forget a user everywhere (Redis, Qdrant, pending triggers, in-flight events)."""
+    """Forget a user everywhere (Redis, Qdrant, pending triggers, in-flight events).
+
+    A tombstone keeps replays from bringing the user back; a replay run with
+    ``--restore-forgotten`` lifts it.
+    """
     from rpc.client import MemoryClient
 
-    with MemoryClient(url, api_key) as client:
+    with _service_errors(url), MemoryClient(url, api_key) as client:
         gone = client.forget(user)
     console.print(
-        f"forgot {user}: {gone.redis_keys_deleted} Redis keys, {gone.memories_deleted} memories"
+        f"forgot {user}: {_plural(gone.redis_keys_deleted, 'Redis key')}, "
+        f"{_plural(gone.memories_deleted, 'memory', 'memories')} "
+        "(a replay skips its earlier events unless run with --restore-forgotten)",
+        soft_wrap=True,
     )
 
 
-@cli.command()
-def bench(
-    quick: Annotated[bool, typer.Option(help="Small smoke run (CI): same code, small N.")] = False,
-    only: Annotated[
-        list[str] | None, typer.Option(help="Run only this benchmark (repeatable).")
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Markdown path; JSON and plots go beside it.")
-    ] = None,
-) -> None:
-    """Run the benchmark suite; write BENCHMARKS.md, its plots and the raw numbers as JSON."""
-    from bench.runner import main as run_benchmarks
+@contextlib.contextmanager
+def _service_errors(url: str) -> Iterator[None]:
+    """What went wrong talking to a running memstream, as one line with the fix."""
+    import httpx
+    import pydantic
 
-    raise typer.Exit(run_benchmarks(quick=quick, only=only, out=out))
+    from rpc.client import MemstreamError, detail_text
+
+    try:
+        yield
+    except MemstreamError as exc:
+        if exc.status in (401, 403):
+            _fail(
+                f"the API key was refused ({exc.status}): {exc.reason} — pass --api-key KEY "
+                "or set MEMSTREAM_API_KEY"
+            )
+        if exc.status == 404:
+            _fail(f"memstream answered 404 ({exc.reason}) — is {url} the RPC's base URL?")
+        _fail(f"memstream answered {exc.status}: {exc.reason}")
+    except httpx.TimeoutException:
+        _fail(f"memstream at {url} did not answer in time — is it overloaded? (see {url}/readyz)")
+    except httpx.HTTPError:  # refused, unreachable, bad URL
+        _fail(f"no memstream at {url} — is `make run` running? (or pass --url)")
+    except pydantic.ValidationError as exc:
+        if exc.title.endswith("Request"):  # the client checks what it sends, before sending
+            _fail(f"invalid request: {detail_text(exc.errors())}")
+        _fail(f"{url} answered, but not as memstream does — is it the RPC's base URL?")
+
+
+@cli.command(
+    hidden=True, context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def bench() -> None:
+    """Moved: the benchmark harness is not installed with memstream."""
+    _fail("the benchmarks run from a checkout, not the installed memstream: `make bench`")
 
 
 @cli.command()
@@ -269,9 +384,17 @@ def top(
     ] = None,
 ) -> None:
     """A live view of rates and latencies from a running process's /metrics."""
+    import httpx
+
     from memstream.top import run_top
 
-    raise typer.Exit(run_top(url, interval_s=interval, frames=frames, console=console))
+    try:
+        code = run_top(url, interval_s=interval, frames=frames, console=console)
+    except httpx.HTTPError:
+        _fail(f"no memstream metrics at {url} — is `make run` running? (or pass --url)")
+    except ValueError:  # the parser's complaint: the page is not Prometheus text
+        _fail(f"{url} is not a /metrics page — pass a process's metrics URL with --url")
+    raise typer.Exit(code)
 
 
 @schemas_cli.command("export")

@@ -11,7 +11,15 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from memstream.replay import replay_file, wait_until_settled
+from memstream.replay import (
+    file_users,
+    forgotten_hint,
+    forgotten_users,
+    handled_events,
+    registry_counts,
+    replay_file,
+    wait_until_settled,
+)
 from memstream.runtime import RunningProcess
 from memstream.settings import DEMO_API_KEY
 from rpc.client import MemoryClient
@@ -24,17 +32,35 @@ DEMO_QUESTIONS = EXAMPLES / "demo_questions.json"
 console = Console()
 
 
-async def replay_sample(running: RunningProcess, path: Path = SAMPLE_STREAM) -> int:
+async def replay_sample(
+    running: RunningProcess, path: Path = SAMPLE_STREAM, *, restore_forgotten: bool = False
+) -> bool:
+    """Replay ``path`` and wait for the pipeline to settle; False if it did not in time.
+
+    While it settles, the RPC reports the backlog (``/readyz``, ``X-Memstream-Catching-Up``).
+    Users forgotten earlier stay forgotten unless ``restore_forgotten`` (see README).
+    """
     await running.api_ready.wait()
+    users = await asyncio.to_thread(file_users, path)
+    forgotten = await forgotten_users(running.deps.state, users, restore=restore_forgotten)
+    if forgotten:
+        console.print(forgotten_hint(forgotten, restored=restore_forgotten), soft_wrap=True)
     started = time.perf_counter()
-    sent = await replay_file(path, running.stack.broker_url, running.settings.topic("events"))
-    settled = await wait_until_settled(running.deps.metrics, sent)
+    count = registry_counts(running.deps.metrics.registry)
+    running.backlog.begin(0, lambda: handled_events(count))
+    try:
+        sent = await replay_file(path, running.stack.broker_url, running.settings.topic("events"))
+        running.backlog.expected += sent
+        settled = await wait_until_settled(running.deps.metrics, sent)
+    finally:
+        running.backlog.end()
     took = time.perf_counter() - started
     console.print(
         f"replayed {sent} events in {took:.1f}s ({sent / took:.0f} events/s end to end)"
-        + ("" if settled else " — still settling, continuing anyway")
+        + ("" if settled else " — still settling, continuing anyway"),
+        soft_wrap=True,
     )
-    return sent
+    return settled
 
 
 def _show(question: str, answer: RetrieveResponse) -> None:
@@ -50,8 +76,8 @@ def _show(question: str, answer: RetrieveResponse) -> None:
     console.print(Panel(table, title=f"[bold]{question}[/] ({answer.took_ms:.1f} ms)"))
 
 
-async def run_demo(running: RunningProcess) -> int:
-    await replay_sample(running)
+async def run_demo(running: RunningProcess, *, restore_forgotten: bool = False) -> int:
+    await replay_sample(running, restore_forgotten=restore_forgotten)
     questions = json.loads(DEMO_QUESTIONS.read_text())
     url = f"http://{running.settings.rpc.host}:{running.settings.rpc.port}"
     ok = True

@@ -6,10 +6,15 @@ All names start with ``memstream_``; units are in the names (``_seconds``, ``_to
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from schemas.memories import TriggerReason
 
 # Stage latencies range from sub-millisecond Redis writes to multi-second LLM calls.
 LATENCY_BUCKETS = (
@@ -29,7 +34,35 @@ LATENCY_BUCKETS = (
     10.0,
     30.0,
 )
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Batch sizes are whole numbers: bounds half-way between them, so that PromQL's linear
+# interpolation inside a bucket reads a bucket of ones as 1 (p50) rather than 0.5, and
+# (2.5, 4.5] as sizes 3..4. Whole-number bounds made a stream of single events read 0.5.
+BATCH_BUCKETS = (0.5, 1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5, 256.5)
+
+# Label values known before anything happens, exported at zero from the start so that the
+# first event is a rise of an existing series (``rate()`` and alerts see it), not a new one.
+# tests/unit/test_metrics_series.py checks these against the stage constants of the code.
+ROLE_STAGES: dict[str, tuple[str, ...]] = {
+    "process": ("encode", "memorize", "control"),
+    "consolidate": ("consolidate", "archive", "feedback", "decay", "reminders"),
+}
+STAGE_OUTCOMES: dict[str, tuple[str, ...]] = {
+    "encode": ("ok", "dlq"),
+    "memorize": ("ok", "duplicate", "dlq"),
+    "control": ("ok", "skipped", "dlq"),
+    "consolidate": ("ok", "dlq"),
+    "archive": ("ok", "skipped", "dlq"),
+    "feedback": ("ok", "dlq"),
+    "decay": ("ok", "error"),
+    "reminders": ("ok", "error"),
+}
+DLQ_STAGES = ("encode", "memorize", "control", "consolidate", "archive", "feedback")
+DLQ_REASONS = ("validation", "poison")
+BATCHED_STAGES = ("encode", "consolidate", "archive")
+CONSOLIDATION_OUTCOMES = ("created", "updated", "unchanged", "skipped")
+CLUSTER_EVENTS = ("merge", "fuzzy", "create", "routed", "flush", "maintenance", "split", "archive")
+LLM_FALLBACK_REASONS = ("truncated", "invalid_json", "schema")  # stores.llm.FallbackReason
+RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
 
 
 class Metrics:
@@ -86,6 +119,22 @@ class Metrics:
             ["backend", "kind"],
             registry=registry,
         )
+        self.llm_fallbacks = Counter(
+            "memstream_llm_fallbacks_total",
+            "LLM answers that stayed unusable after one repair ask, so the extractive "
+            "consolidator wrote the memory, by reason of the last one (truncated, invalid_json, "
+            "schema).",
+            ["reason"],
+            registry=registry,
+        )
+        self.consolidation_input_tokens = Counter(
+            "memstream_consolidation_input_tokens_total",
+            "Tokens of the prompts consolidations are (or, extractive, would be) sent: the "
+            "rules, the key, the current memory and the turns, counted with the encoder's "
+            "tokenizer whatever the backend, so gated and eager runs compare.",
+            ["backend"],
+            registry=registry,
+        )
         self.retrieval_latency = Histogram(
             "memstream_retrieval_latency_seconds",
             "Retrieval time by phase (encode, fetch, rank, ...; total is the whole call).",
@@ -124,8 +173,7 @@ class Metrics:
         self.cluster_events = Counter(
             "memstream_cluster_events_total",
             "Clustering events, by kind: routing bands (merge, fuzzy, create, routed), fuzzy "
-            "buffer flushes, maintenance runs and their splits, merges and archives, LLM "
-            "routing calls (route_ok, route_error, route_limited).",
+            "buffer flushes, maintenance runs and their splits, merges and archives.",
             ["event"],
             registry=registry,
         )
@@ -147,6 +195,47 @@ class Metrics:
             ["stage", "kind"],
             registry=registry,
         )
+        self.role = Gauge(
+            "memstream_role",
+            "1 for each role this process plays (process, consolidate, serve).",
+            ["role"],
+            registry=registry,
+        )
+        self.start_time = Gauge(
+            "memstream_start_time_seconds",
+            "When this process started, Unix time (wall clock); uptime = time() - this.",
+            registry=registry,
+        )
+        self.start_time.set(time.time())
+
+    def declare_roles(self, roles: Iterable[str]) -> None:
+        """Mark the roles played and export their labelled series at zero (see ROLE_STAGES)."""
+        for role in roles:
+            self.role.labels(role).set(1)
+            stages = ROLE_STAGES.get(role, ())
+            for stage in stages:
+                for outcome in STAGE_OUTCOMES[stage]:
+                    self.events.labels(stage, outcome)
+                self.stage_latency.labels(stage)
+                if stage in DLQ_STAGES:
+                    for reason in DLQ_REASONS:
+                        self.dlq.labels(stage, reason)
+                if stage in BATCHED_STAGES:
+                    self.batch_size.labels(stage)
+            if role == "process":
+                for reason in get_args(TriggerReason):
+                    self.triggers.labels(reason)
+                for event in CLUSTER_EVENTS:
+                    self.cluster_events.labels(event)
+            elif role == "consolidate":
+                for outcome in CONSOLIDATION_OUTCOMES:
+                    self.consolidations.labels(outcome)
+                self.stage_latency.labels("llm")
+                for reason in LLM_FALLBACK_REASONS:
+                    self.llm_fallbacks.labels(reason)
+            elif role == "serve":
+                for phase in RETRIEVAL_PHASES:
+                    self.retrieval_latency.labels(phase)
 
 
 # Units of the catalogue table; names carry them too (``_seconds``, ``_total``).
@@ -156,10 +245,13 @@ UNITS = {
     "memstream_batch_size": "messages",
     "memstream_consumer_lag": "messages",
     "memstream_llm_tokens_total": "tokens",
+    "memstream_consolidation_input_tokens_total": "tokens",
     "memstream_longterm_memories": "memories",
     "memstream_users": "users",
     "memstream_clusters": "clusters",
     "memstream_shortterm_turns": "turns",
+    "memstream_start_time_seconds": "seconds",
+    "memstream_role": "flag",
 }
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import BaseModel, ConfigDict
-from redis import Redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -51,6 +50,7 @@ from memstream.settings import (
     Settings,
 )
 from rpc.publisher import bootstrap_servers
+from stores.redis_client import sync_redis
 
 if TYPE_CHECKING:
     from memstream.runtime import RunningProcess
@@ -142,13 +142,13 @@ def _active_key(base_prefix: str) -> str:
 
 def save_generation(redis_url: str, base_prefix: str, generation: Generation) -> None:
     stamped = generation.model_copy(update={"updated_at": datetime.now(UTC)})
-    with Redis.from_url(redis_url) as r:
+    with sync_redis(redis_url) as r:
         r.hset(_registry_key(base_prefix), generation.name, stamped.model_dump_json())
 
 
 def generations(redis_url: str, base_prefix: str) -> tuple[list[Generation], str]:
     """Every recorded generation by name, and the active one's name ("" = the first)."""
-    with Redis.from_url(redis_url) as r:
+    with sync_redis(redis_url) as r:
         raw: dict[bytes, bytes] = r.hgetall(_registry_key(base_prefix))
         active: bytes | None = r.get(_active_key(base_prefix))
     found = sorted((Generation.model_validate_json(v) for v in raw.values()), key=lambda g: g.name)
@@ -156,7 +156,7 @@ def generations(redis_url: str, base_prefix: str) -> tuple[list[Generation], str
 
 
 def active_generation(redis_url: str, base_prefix: str) -> Generation | None:
-    with Redis.from_url(redis_url) as r:
+    with sync_redis(redis_url) as r:
         name: bytes | None = r.get(_active_key(base_prefix))
         if not name:
             return None
@@ -169,7 +169,7 @@ def active_generation(redis_url: str, base_prefix: str) -> Generation | None:
 
 def activate(redis_url: str, base_prefix: str, name: str) -> None:
     """Make ``name`` the active generation ("" = back to the first); it must be ready."""
-    with Redis.from_url(redis_url) as r:
+    with sync_redis(redis_url) as r:
         if not name:
             r.delete(_active_key(base_prefix))
             return
@@ -204,7 +204,10 @@ async def log_end(broker_url: str, topic: str, *, idle_s: float = 1.5) -> dict[i
     )
     await consumer.start()
     try:
-        await consumer.topics()  # fetches the cluster's metadata
+        # Kafka answers a metadata request for no topic with none (Tansu with all): ask for
+        # this one, so the client's metadata holds its partitions.
+        if topic in await consumer.topics():
+            await consumer._client.add_topic(topic)
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
             raise SystemExit(f"topic {topic} does not exist: nothing to rebuild from")

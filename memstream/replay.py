@@ -13,6 +13,7 @@ from rich.progress import Progress
 
 from memstream.metrics import Metrics
 from rpc.publisher import EventPublisher
+from stores.redis_state import RedisState
 
 
 def message_key(line: bytes) -> str:
@@ -24,6 +25,49 @@ def message_key(line: bytes) -> str:
         return "unparseable"
 
 
+def file_users(path: Path) -> list[tuple[str, str]]:
+    """Every (tenant, user) a JSONL file of events speaks for, in first-seen order."""
+    seen: dict[tuple[str, str], None] = {}
+    for line in path.read_bytes().splitlines():
+        tenant, sep, user = message_key(line).partition(":")
+        if sep and line.strip():
+            seen.setdefault((tenant, user), None)
+    return list(seen)
+
+
+async def forgotten_users(
+    state: RedisState, users: list[tuple[str, str]], *, restore: bool = False
+) -> list[str]:
+    """The users among ``users`` with a forget tombstone (``tenant:user``).
+
+    A replay cannot bring them back: memorize drops their events stamped before the forget.
+    With ``restore`` the tombstones are lifted first, so this replay does (what an operator
+    asks for with ``--restore-forgotten``; every generation shares the tombstones).
+    """
+    found = []
+    for tenant, user in users:
+        if await state.forgotten_at(tenant, user) is not None:
+            found.append(f"{tenant}:{user}")
+            if restore:
+                await state.clear_forgotten(tenant, user)
+    return found
+
+
+def forgotten_hint(users: list[str], restored: bool) -> str:
+    names = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+    if restored:
+        return f"restored forgotten {_plural(len(users), 'user')} before the replay: {names}"
+    return (
+        f"{names} {'was' if len(users) == 1 else 'were'} forgotten: the replay skips "
+        f"{'its' if len(users) == 1 else 'their'} earlier events — add --restore-forgotten "
+        "to bring them back, or `make clean` to start over"
+    )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 async def replay_file(
     path: Path, broker_url: str, topic: str, *, progress: bool = True, batch: int = 200
 ) -> int:
@@ -32,8 +76,8 @@ async def replay_file(
         line for line in (await asyncio.to_thread(path.read_bytes)).splitlines() if line.strip()
     ]
     publisher = EventPublisher(broker_url)
-    await publisher.start()
     try:
+        await publisher.start()
         with Progress(disable=not progress, transient=False) as bar:
             task = bar.add_task(f"replaying {path.name}", total=len(lines))
             for start in range(0, len(lines), batch):

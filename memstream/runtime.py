@@ -23,11 +23,42 @@ from memstream.rebuild import GenerationFollower, with_active_generation
 from memstream.settings import Settings
 from memstream.wiring import Dependencies, Role, Stack, build_app
 from rpc.serving import make_server, start_api
+from stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
 
 log = logging.getLogger("memstream")
 
 # A task run inside the worker once it has started; its return value is the exit code.
 Job = Callable[["RunningProcess"], Awaitable[int]]
+
+
+class StartupError(RuntimeError):
+    """A reason not to start that the operator can fix; the CLI prints it as one line."""
+
+
+@dataclass
+class Backlog:
+    """Events this process published (a replay) that its pipeline has not settled yet.
+
+    ``pending`` is what the RPC reports (``/readyz``, the ``X-Memstream-Catching-Up``
+    header) so a caller can tell "nothing remembered" from "not arrived yet".
+    """
+
+    handled: Callable[[], float] = field(default=lambda: 0.0)
+    expected: float = 0.0  # handled count at which the replay will have settled
+    settling: bool = False
+
+    def begin(self, events: int, handled: Callable[[], float]) -> None:
+        self.handled = handled
+        self.expected = handled() + events
+        self.settling = True
+
+    def end(self) -> None:
+        self.settling = False
+
+    def pending(self) -> int:
+        if not self.settling:
+            return 0
+        return max(1, round(self.expected - self.handled()))  # 1: triggers still settling
 
 
 @dataclass
@@ -39,6 +70,44 @@ class RunningProcess:
     deps: Dependencies
     app: faust.App
     api_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    backlog: Backlog = field(default_factory=Backlog)
+
+
+def rpc_url(settings: Settings) -> str:
+    return f"http://{settings.rpc.host}:{settings.rpc.port}"
+
+
+def data_dir_lock(settings: Settings) -> DataDirLock | None:
+    """What of ``settings.data_dir`` this process would own: the whole folder when it starts
+    embedded services, else its Qdrant Edge collection (one process per collection; a
+    rebuild builds another collection beside a running stack), else nothing."""
+    if not settings.kafka.broker or not settings.redis.url:
+        return DataDirLock(settings.data_dir)
+    if settings.qdrant.backend == "edge":
+        return DataDirLock(settings.data_dir, f"qdrant-{settings.qdrant.collection}")
+    return None
+
+
+def claim_data_dir(settings: Settings, *, serving: bool) -> DataDirLock | None:
+    """Take the data folder (and check the RPC port) before starting anything in it.
+
+    Two stacks on one folder would fight over Qdrant Edge's lock and the embedded
+    services' files; refusing up front touches nothing of the one running.
+    """
+    lock = data_dir_lock(settings)
+    if lock is not None:
+        try:
+            lock.acquire(rpc_url(settings) if serving else "")
+        except DataDirBusy as busy:
+            raise StartupError(str(busy)) from None
+    if serving and port_taken(settings.rpc.port, settings.rpc.host):
+        if lock is not None:
+            lock.release()
+        raise StartupError(
+            f"port {settings.rpc.port} on {settings.rpc.host} is taken (another memstream?) "
+            f"— pick another: MEMSTREAM_RPC__PORT={settings.rpc.port + 1} (or --port)"
+        )
+    return lock
 
 
 def run_process(
@@ -51,9 +120,18 @@ def run_process(
     """Start the stack and a faust worker with ``roles``; block until Ctrl-C or ``job`` ends.
 
     With ``generations`` (every process but a rebuild's), the process runs as the active
-    generation (``memstream.rebuild``) and its API follows later switches.
+    generation (``memstream.rebuild``) and its API follows later switches. Raises
+    ``StartupError`` when another stack holds the data folder or the RPC port is taken.
     """
-    stack = Stack.start(settings)
+    lock = claim_data_dir(settings, serving="serve" in roles)
+    stack: Stack | None = None
+    try:
+        stack = Stack.start(settings)
+    except ServiceConflict as conflict:
+        raise StartupError(str(conflict)) from None
+    finally:
+        if lock is not None and stack is None:
+            lock.release()
     health_server = None
     try:
         base = settings
@@ -81,7 +159,9 @@ def run_process(
     finally:
         if health_server is not None:
             health_server.shutdown()
-        stack.stop()
+        stack.stop()  # after the worker stopped its consumers: they need the broker to leave
+        if lock is not None:
+            lock.release()
 
 
 def _health(running: RunningProcess, roles: frozenset[Role]) -> Health:
@@ -117,6 +197,7 @@ def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
         )
         if follow is not None:
             _follow(api, follow, running.stack.redis_url, running.settings)
+        api.state.backlog = running.backlog.pending
         server = make_server(api, running.settings, guest=True)
         try:
             serving = asyncio.ensure_future(server.serve())
@@ -158,12 +239,21 @@ def _run_worker(app: faust.App, loglevel: str) -> int:
 
 async def serve_standalone(settings: Settings) -> None:
     """``memstream serve``: the API alone, against external (or already running) services."""
+    if not settings.kafka.broker or not settings.redis.url:
+        raise StartupError("memstream serve needs MEMSTREAM_KAFKA__BROKER and MEMSTREAM_REDIS__URL")
+    lock = claim_data_dir(settings, serving=True)  # Qdrant Edge's folder, the port
+    try:
+        await _serve_alone(settings)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve_alone(settings: Settings) -> None:
     from memstream.wiring import open_state
     from stores.encoder import OnnxEncoder
     from stores.longterm import open_longterm
 
-    if not settings.kafka.broker or not settings.redis.url:
-        raise SystemExit("memstream serve needs MEMSTREAM_KAFKA__BROKER and MEMSTREAM_REDIS__URL")
     base, settings = settings, with_active_generation(settings, settings.redis.url)
     metrics = Metrics()
     state = open_state(settings, settings.redis.url)

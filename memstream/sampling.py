@@ -26,6 +26,12 @@ log = logging.getLogger("memstream.sampling")
 STATE_SAMPLE_USERS = 1000
 
 
+def is_internal_topic(name: str) -> bool:
+    """Kafka's own (``__consumer_offsets``) and faust's (``<app>-__assignor-__leader``) topics:
+    bookkeeping that nobody processes, so their "lag" is noise on the dashboard."""
+    return name.startswith("__") or "-__" in name
+
+
 def lag_by_partition(
     highwaters: dict[TP, int], committed: dict[TP, int | None], earliest: dict[TP, int]
 ) -> dict[TP, int]:
@@ -48,7 +54,7 @@ class LagSampler:
 
     async def sample(self) -> None:
         consumer = self.app.consumer
-        assigned = sorted(consumer.assignment())
+        assigned = sorted(tp for tp in consumer.assignment() if not is_internal_topic(tp.topic))
         lag: dict[TP, int] = {}
         if assigned:
             highwaters = dict(await consumer.highwaters(*assigned))
@@ -126,6 +132,7 @@ def register_samplers(
     """Timers that keep the sampled gauges current in a process playing ``roles``."""
     lag = LagSampler(app, metrics)
     usage = LLMUsageSampler(consolidator, metrics) if consolidator is not None else None
+    metrics.declare_roles(roles)
     for sampler in ("lag", "state", "longterm"):  # present from the start, at zero
         metrics.sample_errors.labels(sampler)
     if "consolidate" in roles and consolidator is not None:

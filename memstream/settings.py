@@ -38,6 +38,9 @@ class KafkaSettings(_Section):
     session_timeout_s: float = 3.0  # Tansu joins groups in ~half of it
     fetch_max_wait_ms: int = 100  # Tansu holds empty fetches this long (see streams/transport.py)
     topic_prefix: str = "memstream"
+    # Copies of each topic memstream declares: 3 on a Kafka cluster (with the brokers'
+    # min.insync.replicas=2 and acks=all, a write survives one node lost); 1 embedded.
+    replication_factor: int = 1
     # A rebuilt generation's name (see memstream/rebuild.py): its derived topics and consumer
     # groups carry it, so it never mixes with the generation serving now. "" = the first.
     generation: str = ""
@@ -46,8 +49,13 @@ class KafkaSettings(_Section):
 class RedisSettings(_Section):
     url: str = ""  # "" = embedded valkey server
     prefix: str = "ms"
+    # The hot tier: a turn leaves Redis when it is older than the user's newest event minus
+    # the TTL (event time, never the wall clock) or past the per-user cap, oldest first.
+    # It stays retrievable: every turn is in the archive tier of the long-term store.
     short_term_ttl_days: float = 7.0
-    short_term_max_turns: int = 2000  # per user, oldest trimmed first
+    short_term_max_turns: int = 2000
+    archive_batch_size: int = 256  # turns the archive worker writes per batch ...
+    archive_within_s: float = 0.5  # ... or what arrived within this long
     processed_ttl_days: float = 30.0
     # Forget tombstones outlive generations: every rebuild reads them under the base prefix
     # ("" = ``prefix``), so a replayed log cannot bring a forgotten user back.
@@ -89,12 +97,8 @@ class ClusterSettings(_Section):
     create_threshold_min: float = 0.35
     description_keywords: int = 6
     cache_users: int = 10_000  # clustering states kept in process by the memorize processor
-    # LLM routing of fuzzy memories (only when llm.backend == "openai")
-    route_with_llm: bool = True
-    route_timeout_s: float = 2.0
-    route_calls_per_s: float = 2.0  # token bucket: sustained rate ...
-    route_burst: int = 5  # ... and burst; over it, the fuzzy buffer decides
-    describe_with_llm: bool = True
+    # No LLM routing or LLM descriptions: the ingest path makes no model call, and the same
+    # log always gives the same clusters (README, "Models and data", says why).
 
 
 class RecurrenceSettings(_Section):
@@ -123,10 +127,19 @@ class LLMSettings(_Section):
     model: str = "local"
     api_key: SecretStr | None = None
     timeout_s: float = 30.0
-    max_retries: int = 2
+    max_retries: int = 2  # transport failures (connect, timeout, 408, 429, 5xx), backoff
     # Bounds written into the answer's JSON schema (a constrained decoder cannot run on).
     max_list_items: int = 8
     max_text_chars: int = 160
+    # The answer's token cap (``max_tokens``); 0 = sized to the schema's bounds above
+    # (``stores.llm.schema_output_tokens``). A server-side cap (llama.cpp ``n_predict``)
+    # below it truncates answers: raise or remove it.
+    max_output_tokens: int = 0
+    # A truncated or invalid answer is asked once more, with the error, at this temperature
+    # (the first ask is at 0; the same prompt at 0 would return the same answer), then the
+    # extractive consolidator writes the memory (memstream_llm_fallbacks_total).
+    repair_temperature: float = 0.5
+    seed: int = 0  # sent with every request: a server that honours it answers repeatably
 
 
 class ConsolidationSettings(_Section):
@@ -157,11 +170,17 @@ class RPCSettings(_Section):
     api_keys: dict[str, str] = Field(default_factory=dict)
     default_budget_tokens: int = 512
     max_body_bytes: int = 1_000_000
-    short_term_candidates: int = 500
+    # Turns of a user ranked per query (newest first): 0 = every turn, hot or archived.
+    # A cap hides the older turns from retrieval; it is off unless an operator sets it.
+    short_term_candidates: int = 0
     # flat: every considered turn is scored (dense + BM25); hierarchical: dense candidates
-    # only from the top clusters' top members (CLAG's shelf, then book), BM25 over all.
-    short_term_mode: Literal["flat", "hierarchical"] = "flat"
-    turn_cache_users: int = 256  # users whose turn index one RPC process keeps (LRU)
+    # only from the top clusters' top members (CLAG's shelf, then book), BM25 over all;
+    # expand: flat, then the cluster-mates of the best hits lifted (multi-hop).
+    short_term_mode: Literal["flat", "hierarchical", "expand"] = "flat"
+    # The turn index one RPC process keeps (LRU): at most this many users and this much
+    # memory (~4 KB a turn with MiniLM: a 10k-turn user is ~40 MB).
+    turn_cache_users: int = 256
+    turn_cache_mb: float = 1024.0
 
 
 class Settings(BaseSettings):

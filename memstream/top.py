@@ -1,8 +1,9 @@
 """``memstream top``: a live terminal view of rates and latencies read from ``/metrics``.
 
-Each frame scrapes the URL, and shows per stage the rate of handled messages (by outcome)
-and latency quantiles over the last interval (since start on the first frame), retrieval
-latency by phase, consumer lag, dead letters and the sampled gauges.
+Each frame scrapes the URL, and shows the process's roles, uptime and the frame's time; per
+stage the rate of handled messages (by outcome) and latency quantiles over the last interval
+(since start on the first frame); HTTP requests and errors per route; retrieval latency by
+phase; consumer lag, dead letters and the sampled gauges.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,8 +25,10 @@ Labels = tuple[tuple[str, str], ...]
 
 @dataclass
 class Scrape:
-    at: float
+    at: float  # monotonic, for rates
     values: dict[str, dict[Labels, float]] = field(default_factory=dict)
+
+    wall: float = field(default_factory=time.time)  # for the timestamp and uptime
 
     def series(self, name: str) -> dict[Labels, float]:
         return self.values.get(name, {})
@@ -80,6 +84,51 @@ def _ms(seconds: float) -> str:
     return "—" if math.isnan(seconds) else f"{seconds * 1000:.1f}"
 
 
+def _duration(seconds: float) -> str:
+    if math.isnan(seconds) or seconds < 0:
+        return "—"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h{minutes:02d}m"
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def heading(now: Scrape, url: str) -> str:
+    """Where, which roles, how long up and when: ``memstream top — URL — roles … — up … — …``."""
+    roles = sorted(dict(k).get("role", "") for k, v in now.series("memstream_role").items() if v)
+    started = now.series("memstream_start_time_seconds").get(())
+    if started is None:  # an older process: the client library's own process metric
+        started = now.series("process_start_time_seconds").get((), math.nan)
+    stamp = datetime.fromtimestamp(now.wall, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"memstream top — {url} — roles: {', '.join(roles) or '—'}"
+        f" — up {_duration(now.wall - started)} — {stamp}"
+    )
+
+
+def http_rates(now: Scrape, before: Scrape | None) -> dict[str, tuple[float, float, float]]:
+    """Per route: requests, 4xx and 5xx per second over the interval (totals on a first frame)."""
+    dt = max(now.at - before.at, 1e-9) if before else None
+    delta = _delta(
+        now.series("memstream_http_requests_total"),
+        before.series("memstream_http_requests_total") if before else None,
+    )
+    rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for labels, count in delta.items():
+        d = dict(labels)
+        row = rows[d.get("route", "")]
+        rate = count / dt if dt else count
+        row[0] += rate
+        status = d.get("status", "")
+        if status.startswith("4"):
+            row[1] += rate
+        elif status.startswith("5"):
+            row[2] += rate
+    return {route: (r[0], r[1], r[2]) for route, r in rows.items()}
+
+
 def render(now: Scrape, before: Scrape | None, url: str) -> Group:
     dt = max(now.at - before.at, 1e-9) if before else None
     events = _delta(
@@ -91,7 +140,7 @@ def render(now: Scrape, before: Scrape | None, url: str) -> Group:
         d = dict(labels)
         rates[d["stage"]][d["outcome"]] = count / dt if dt else count
     latency = quantiles_by(now, before, "memstream_stage_latency_seconds", "stage")
-    stages = Table(title=f"memstream top — {url}", expand=True)
+    stages = Table(title=heading(now, url), expand=True)
     unit = "/s" if dt else " (total)"
     for column in ("stage", f"ok{unit}", f"dup{unit}", f"dlq{unit}", "p50 ms", "p95 ms", "p99 ms"):
         stages.add_column(column, justify="left" if column == "stage" else "right")
@@ -105,6 +154,11 @@ def render(now: Scrape, before: Scrape | None, url: str) -> Group:
             _ms(p95),
             _ms(p99),
         )
+    http = Table(title="HTTP requests", expand=True)
+    for column in ("route", f"requests{unit}", f"4xx{unit}", f"5xx{unit}"):
+        http.add_column(column, justify="left" if column == "route" else "right")
+    for route, (total, client, server) in sorted(http_rates(now, before).items()):
+        http.add_row(route, f"{total:.1f}", f"{client:.1f}", f"{server:.1f}")
     retrieval = Table(title="retrieval latency", expand=True)
     for column in ("phase", "p50 ms", "p95 ms", "p99 ms"):
         retrieval.add_column(column, justify="left" if column == "phase" else "right")
@@ -126,7 +180,8 @@ def render(now: Scrape, before: Scrape | None, url: str) -> Group:
     ):
         value = now.series(name).get((), math.nan)
         gauges.add_row(what, "—" if math.isnan(value) else f"{value:.0f}")
-    return Group(stages, retrieval, gauges)
+    tables = [stages, http, retrieval, gauges] if http.row_count else [stages, retrieval, gauges]
+    return Group(*tables)
 
 
 def run_top(url: str, *, interval_s: float, frames: int | None, console: Console) -> int:

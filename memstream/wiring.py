@@ -26,11 +26,11 @@ from stores.encoder import OnnxEncoder
 from stores.llm import Consolidator, consolidator_from_settings
 from stores.longterm import LongTermStore, open_longterm
 from stores.redis_state import RedisState
-from stores.router import router_from_settings
 from streams.app import Topics, create_app, create_topics
 from streams.control import register_control
 from streams.encode import register_encode
 from streams.memorize import Memorizer, register_memorize
+from workers.archive import ArchiveWorker, register_archive
 from workers.consolidate import ConsolidationWorker, register_consolidate
 from workers.locks import UserLocks
 from workers.reminders import ReminderWorker, register_reminders
@@ -170,11 +170,6 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
             ),
             window=settings.recurrence.window_turns,
             common_phrase_users=settings.recurrence.common_phrase_users,
-            router=router_from_settings(
-                settings.llm,
-                settings.cluster,
-                on_call=lambda outcome: metrics.cluster_events.labels(f"route_{outcome}").inc(),
-            ),
             embed=deps.encoder.encode,
         )
         register_memorize(app, topics, memorizer, metrics)
@@ -183,7 +178,9 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
     if "consolidate" in roles:
         c = settings.consolidation
         locks = UserLocks()
-        consolidator = consolidator_from_settings(settings.llm)
+        consolidator = consolidator_from_settings(
+            settings.llm, on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc()
+        )
         worker = ConsolidationWorker(
             state=deps.state,
             longterm=deps.longterm,
@@ -198,6 +195,16 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         )
         register_consolidate(
             app, topics, worker, metrics, batch_size=c.batch_size, within_s=c.batch_within_s
+        )
+        # Every turn to the archive tier, so the hot tier in Redis may expire (event time).
+        r = settings.redis
+        register_archive(
+            app,
+            topics,
+            ArchiveWorker(deps.state, deps.longterm),
+            metrics,
+            batch_size=r.archive_batch_size,
+            within_s=r.archive_within_s,
         )
         # Strength upkeep and reminders write long-term memories too: same role, same locks.
         m = settings.maintenance

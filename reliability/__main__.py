@@ -23,6 +23,9 @@ from reliability.core import Context, Row, markdown, table
 from reliability.shared import close_all
 
 FAMILIES = ("bad_input", "poison", "isolation", "fuzz", "load", "crashes", "outages")
+# Needs the real clusters of deploy/ (make cluster-up; java, maven, redis-server): only with
+# --only, as ``make cluster-test`` runs it.
+ON_CLUSTERS = ("cluster_faults",)
 
 HEADER = """# memstream reliability
 
@@ -54,7 +57,9 @@ qdrant-client fails against a dead server; the consolidator's retry path and its
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m reliability", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke sizes (seconds, not minutes)")
-    parser.add_argument("--only", action="append", choices=FAMILIES, help="run only this family")
+    parser.add_argument(
+        "--only", action="append", choices=FAMILIES + ON_CLUSTERS, help="run only this family"
+    )
     parser.add_argument("--out", type=Path, default=None, help="markdown path (default: none)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     return parser.parse_args(argv)

@@ -245,8 +245,9 @@ async def read_topic(broker_url: str, topic: str) -> list[tuple[bytes | None, by
     )
     await consumer.start()
     try:
-        if topic not in await consumer.topics():  # fetches the cluster's metadata too
+        if topic not in await consumer.topics():
             return []
+        await consumer._client.add_topic(topic)  # Kafka's metadata lists only topics asked for
         partitions = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         if not tps:

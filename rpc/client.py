@@ -43,12 +43,31 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 
 
 class MemstreamError(RuntimeError):
-    """The service answered with an error; ``status`` and the server's ``detail`` are kept."""
+    """The service answered with an error; ``status`` and the server's ``detail`` are kept.
+
+    ``reason`` is the detail as one short line (a 422's field errors flattened).
+    """
 
     def __init__(self, status: int, detail: Any) -> None:
-        super().__init__(f"memstream answered {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.reason = detail_text(detail)
+        super().__init__(f"memstream answered {status}: {self.reason}")
+
+
+def detail_text(detail: Any, limit: int = 200) -> str:
+    """A server's ``detail`` as one line: FastAPI's 422 list becomes ``field: message; ...``."""
+    if isinstance(detail, list):
+        parts = []
+        for error in detail[:3]:
+            if isinstance(error, dict):
+                where = ".".join(str(p) for p in error.get("loc", []) if p != "body")
+                parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+        text = "; ".join(parts) + (f" (+{len(detail) - 3} more)" if len(detail) > 3 else "")
+    else:
+        text = str(detail)
+    text = " ".join(text.split())  # an HTML error page from something else: one line
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)

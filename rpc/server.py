@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response, Security
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -65,13 +68,43 @@ class ApiDeps:
     feedback: FeedbackSink | None = None  # None: nothing reported (tests, benchmarks)
 
 
+# Declared as security schemes (not header parameters) so that the OpenAPI document says
+# how to authenticate: Swagger UI's Authorize button, and generated clients, use them.
+# auto_error=False: ``authenticate`` words the 401s itself.
+BEARER = HTTPBearer(
+    scheme_name="bearerKey",
+    description="`Authorization: Bearer <api key>`; the key decides the tenant.",
+    auto_error=False,
+)
+API_KEY_HEADER = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="apiKeyHeader",
+    description="The same API key in an `X-API-Key` header.",
+    auto_error=False,
+)
+TAGS = [
+    {"name": "memory", "description": "Retrieve context for a reply; read consolidated memories."},
+    {
+        "name": "events",
+        "description": "Publish conversation turns (asynchronous: a turn is "
+        "retrievable once the pipeline has processed it: well under a second when idle, "
+        "seconds under load).",
+    },
+    {"name": "users", "description": "Forget a user everywhere."},
+    {"name": "operations", "description": "Liveness and readiness probes."},
+]
+
+
 def authenticate(
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    _api_key: Annotated[str | None, Security(API_KEY_HEADER)],
 ) -> str:
     """The tenant of the caller's API key (``Authorization: Bearer`` or ``X-API-Key``)."""
-    key = x_api_key
+    # The raw headers, not the schemes' parsed values: a malformed Authorization header
+    # gets a 401 that says how to write it rather than being ignored.
+    authorization = request.headers.get("authorization")
+    key = request.headers.get("x-api-key")
     if authorization:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -166,11 +199,17 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 def create_api(deps: ApiDeps) -> FastAPI:
     settings, metrics = deps.settings, deps.metrics
-    api = FastAPI(
+    # FastAPIOffline: /docs (Swagger UI) and /redoc served from the assets inside the
+    # fastapi-offline wheel, not from a CDN, so the pages work with no network.
+    api = FastAPIOffline(
         title="memstream",
         version="0.1.0",
         description="Long-term memory for LLM chat agents. Authenticate with "
-        "`Authorization: Bearer <api key>`; the key decides the tenant.",
+        "`Authorization: Bearer <api key>` (the **Authorize** button); the key decides the "
+        "tenant.",
+        openapi_tags=TAGS,
+        generate_unique_id_function=_operation_id,
+        swagger_ui_parameters={"persistAuthorization": True, "displayOperationId": True},
     )
 
     api.state.settings = settings
@@ -178,9 +217,12 @@ def create_api(deps: ApiDeps) -> FastAPI:
 
     api.add_middleware(RequestGuard, max_body_bytes=settings.rpc.max_body_bytes, metrics=metrics)
 
-    @api.post("/v1/retrieve", response_model=RetrieveResponse, responses=ERRORS)
-    async def retrieve(body: RetrieveRequest, tenant_id: Tenant) -> RetrieveResponse:
+    @api.post("/v1/retrieve", response_model=RetrieveResponse, responses=ERRORS, tags=["memory"])
+    async def retrieve(
+        body: RetrieveRequest, tenant_id: Tenant, request: Request, response: Response
+    ) -> RetrieveResponse:
         """The memories and turns that answer ``query``, and a context within the budget."""
+        _note_backlog(request, response)
         answer = await deps.retriever.retrieve(tenant_id, body)
         if deps.feedback is not None:
             deps.feedback.offer(
@@ -195,7 +237,9 @@ def create_api(deps: ApiDeps) -> FastAPI:
             )
         return answer
 
-    @api.get("/v1/users/{user_id}/memories", response_model=MemoryPage, responses=ERRORS)
+    @api.get(
+        "/v1/users/{user_id}/memories", response_model=MemoryPage, responses=ERRORS, tags=["memory"]
+    )
     async def list_memories(
         user_id: UserPath,
         tenant_id: Tenant,
@@ -215,6 +259,7 @@ def create_api(deps: ApiDeps) -> FastAPI:
         "/v1/memories/{memory_id}",
         response_model=ConsolidatedMemory,
         responses={**ERRORS, **NOT_FOUND},
+        tags=["memory"],
     )
     async def get_memory(
         memory_id: Annotated[str, Path(min_length=1, max_length=64)],
@@ -227,7 +272,9 @@ def create_api(deps: ApiDeps) -> FastAPI:
             raise HTTPException(404, f"no memory {memory_id!r} for user {user_id!r}")
         return found
 
-    @api.delete("/v1/users/{user_id}", response_model=ForgetResponse, responses=ERRORS)
+    @api.delete(
+        "/v1/users/{user_id}", response_model=ForgetResponse, responses=ERRORS, tags=["users"]
+    )
     async def forget(user_id: UserPath, tenant_id: Tenant) -> ForgetResponse:
         """Forget the user everywhere: short-term turns, clusters, counters and pending
         triggers in Redis, memories in Qdrant; then a ``forget_user`` control event makes
@@ -249,8 +296,17 @@ def create_api(deps: ApiDeps) -> FastAPI:
             forgotten_at=at,
         )
 
-    @api.post("/v1/events", response_model=AddEventsResponse, status_code=202, responses=ERRORS)
+    @api.post(
+        "/v1/events",
+        response_model=AddEventsResponse,
+        status_code=202,
+        responses=ERRORS,
+        tags=["events"],
+    )
     async def add_events(body: AddEventsRequest, tenant_id: Tenant) -> AddEventsResponse:
+        """Publish turns to ``memstream.events`` (202: accepted, not yet processed). A turn is
+        retrievable once encode and memorize have handled it: well under a second when idle,
+        seconds while a backlog is queued."""
         now = datetime.now(UTC)
         events = [
             InteractionEvent(
@@ -270,7 +326,7 @@ def create_api(deps: ApiDeps) -> FastAPI:
         )
         return AddEventsResponse(accepted=len(events), event_ids=[e.event_id for e in events])
 
-    @api.get("/healthz")
+    @api.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -278,9 +334,12 @@ def create_api(deps: ApiDeps) -> FastAPI:
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @api.get("/readyz")
-    async def readyz() -> JSONResponse:
+    @api.get("/readyz", tags=["operations"])
+    async def readyz(request: Request) -> JSONResponse:
+        """Ready when the stores answer. Catching up (a replay still settling) stays ready:
+        answers are valid, only incomplete; ``pending_events`` says how far behind."""
         started = time.perf_counter()
+        pending = _pending_events(request)
         checks = {
             "redis": await _safe(deps.retriever.state.ping()),
             "qdrant": await _safe(deps.retriever.longterm.ping()),
@@ -290,11 +349,47 @@ def create_api(deps: ApiDeps) -> FastAPI:
         body = {
             "ready": ok,
             "checks": checks,
+            "catching_up": pending > 0,
+            "pending_events": pending,
             "took_ms": round((time.perf_counter() - started) * 1000, 2),
         }
         return JSONResponse(body, 200 if ok else 503)
 
+    _declare_series(api, metrics)
     return api
+
+
+def _operation_id(route: APIRoute) -> str:
+    """The handler's name (``retrieve``, ``add_events``): what generated clients call it."""
+    return route.name
+
+
+def _declare_series(api: FastAPI, metrics: Metrics) -> None:
+    """Every API route's success and 500 series at zero, so error-rate queries read 0, not
+    nothing (the docs pages are left to appear when used)."""
+    metrics.declare_roles(["serve"])
+    for route in api.routes:
+        if isinstance(route, APIRoute) and route.include_in_schema:
+            for status in (route.status_code or 200, 500):
+                metrics.http_requests.labels(route.path, str(status))
+
+
+CATCHING_UP_HEADER = "X-Memstream-Catching-Up"
+
+
+def _pending_events(request: Request) -> int:
+    """Events this process published that its pipeline has not settled (0: none known).
+
+    ``app.state.backlog`` is set by ``memstream up`` (memstream.runtime.Backlog)."""
+    source: Callable[[], int] | None = getattr(request.app.state, "backlog", None)
+    return source() if source is not None else 0
+
+
+def _note_backlog(request: Request, response: Response) -> None:
+    """While data is still arriving, say so: an empty answer may only be early."""
+    pending = _pending_events(request)
+    if pending > 0:
+        response.headers[CATCHING_UP_HEADER] = str(pending)
 
 
 async def _safe(check: Awaitable[bool]) -> bool:

@@ -1,26 +1,34 @@
-"""The RPC's in-process index of a user's short-term turns: vectors, texts, BM25 postings.
+"""The RPC's in-process index of every turn of a user: vectors, texts, BM25 postings.
 
-Reading a user's turns from Redis per query (every embedding, then some texts) cost more
-than everything else in a retrieval, and BM25 needs every turn's words. So each RPC process
-keeps, per user it serves (LRU), what it last read, tagged with the user's turn version
-(``RedisState.turns_version``, a fresh token on every write by ``memorize``). A query reads
-that token (one small round trip); when it changed, only the turns added to the timeline
-since are read, and those that left it are dropped (``LexicalIndex`` updates in place).
+Retrieval ranks all of a user's turns, hot or archived, the same way (dense + BM25 fused),
+so each RPC process keeps, per user it serves, the union of two sources:
 
-Deletions Redis makes silently are known in advance: a turn's TTL is set once, when
-``memorize`` writes it, so the index reads it with the turn and leaves out expired turns
-by the clock (``alive``), with no read per query. A forget deletes the version token with
-everything else, so the next query re-syncs (to nothing).
+- the archive tier (``LongTermStore.list_turns``): every turn, written through by the
+  archive worker; read once per user (a scroll), and again only when turns are known to
+  be missing (below);
+- the hot tier in Redis (``RedisState.timeline_ids`` / ``turns``): the newest turns, there
+  before the archive worker has caught up. A query reads the user's turn version (one small
+  round trip, a fresh token on every write by ``memorize``); when it changed, only the turns
+  added to the timeline since are read. Turns that leave the timeline (event-time expiry,
+  the cap) are kept: they are archived.
+
+Both hold a turn's float16-rounded embedding, so a turn ranks the same from either. Rows
+are in (time, event id) order whichever source they came from, so the same turns always
+give the same index. Completeness is checked, not assumed: Redis counts every turn ever
+written (``tall``); while the index holds fewer, a turn left the hot tier before this
+process saw it, and the archive is read again once its count has grown.
+
+A forget deletes the version token with everything else, so the next query re-syncs (to
+nothing). The cache is bounded by memory (``max_bytes``, an estimate per user), not by a
+user count: one 10k-turn user weighs as much as a hundred small ones.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +36,13 @@ import numpy.typing as npt
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import turn_text
 from schemas import StoredTurn
+from stores.longterm import LongTermStore
 from stores.redis_state import RedisState, TurnWithVector
+
+ARCHIVE_PAGE = 1024
+# Bytes per turn beyond its vector and text: the StoredTurn, its rendered line, postings
+# and the row's entries in the lookup tables (measured with tracemalloc: ~1.6 KB).
+TURN_OVERHEAD_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -40,7 +54,7 @@ class UserTurns:
     ids: list[str]
     docs: list[StoredTurn]
     ts: npt.NDArray[np.float64]
-    vectors: npt.NDArray[np.float32]  # (n, dim), unit norm
+    vectors: npt.NDArray[np.float32]  # (n, dim), float16-rounded, as stored
     lexical: LexicalIndex
     positions: dict[str, int] = field(default_factory=dict)
     speakers: list[str] = field(default_factory=list)  # speaker, else role
@@ -48,10 +62,9 @@ class UserTurns:
     speaker_of: npt.NDArray[np.object_] = field(default_factory=lambda: np.array([], object))
     speaker_names: tuple[str, ...] = ()  # distinct speakers
     by_entity: dict[str, list[int]] = field(default_factory=dict)  # normalised key -> rows
-    expires_at: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # epoch s
-    # On the timeline but already gone from Redis (expired): not asked for again, so a
-    # long-lived user's dead ids do not cost every sync a read.
-    missing: frozenset[str] = frozenset()
+    expected: int = 0  # turns ever written for the user (Redis ``tall``)
+    archive_seen: int = -1  # the archive's count when last read (-1: never read)
+    nbytes: int = 0  # estimated memory held
 
     @classmethod
     def build(
@@ -60,8 +73,12 @@ class UserTurns:
         rows: Sequence[TurnWithVector],
         lexical: LexicalIndex,
         dim: int,
-        expires_at: Sequence[float] = (),
+        *,
+        expected: int = 0,
+        archive_seen: int = -1,
+        texts: Sequence[str] | None = None,
     ) -> UserTurns:
+        """The view of ``rows`` (in their order); ``texts``: their ``turn_text``s, if known."""
         docs = [r.turn for r in rows]
         by_entity: dict[str, list[int]] = {}
         for row, turn in enumerate(docs):
@@ -72,6 +89,7 @@ class UserTurns:
             if rows
             else np.zeros((0, dim), dtype=np.float32)
         )
+        rendered = list(texts) if texts is not None else [turn_text(t) for t in docs]
         return cls(
             version=version,
             ids=[t.event_id for t in docs],
@@ -81,23 +99,79 @@ class UserTurns:
             lexical=lexical,
             positions={t.event_id: i for i, t in enumerate(docs)},
             speakers=[t.speaker or t.role for t in docs],
-            texts=[turn_text(t) for t in docs],
+            texts=rendered,
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
-            expires_at=np.array(expires_at or [np.inf] * len(docs), dtype=np.float64),
+            expected=expected,
+            archive_seen=archive_seen,
+            nbytes=int(vectors.nbytes)
+            + sum(2 * len(t) for t in rendered)
+            + TURN_OVERHEAD_BYTES * len(docs),
         )
 
-    def alive(self, now: float) -> npt.NDArray[np.intp]:
-        """Rows whose TTL has not run out at ``now`` (epoch seconds)."""
-        found: npt.NDArray[np.intp] = np.flatnonzero(self.expires_at > now)
-        return found
+    def extended(
+        self,
+        version: bytes | None,
+        rows: Sequence[TurnWithVector],
+        *,
+        expected: int,
+        archive_seen: int,
+    ) -> UserTurns:
+        """This view with ``rows`` appended (each sorting after every row here): what a
+        sync does as new turns arrive, without re-rendering the thousands already held."""
+        if not rows:
+            return replace(self, version=version, expected=expected, archive_seen=archive_seen)
+        start = len(self.ids)
+        docs = [r.turn for r in rows]
+        texts = [turn_text(t) for t in docs]
+        speakers = [t.speaker or t.role for t in docs]
+        positions = dict(self.positions)
+        by_entity = dict(self.by_entity)  # lists are replaced, never appended to: shared
+        for row, turn in enumerate(docs, start):
+            positions[turn.event_id] = row
+            for key in turn.entities:
+                by_entity[key] = [*by_entity.get(key, ()), row]
+        vectors = np.concatenate([self.vectors, np.stack([r.vector for r in rows])])
+        return UserTurns(
+            version=version,
+            ids=self.ids + [t.event_id for t in docs],
+            docs=self.docs + docs,
+            ts=np.concatenate([self.ts, [t.ts.timestamp() for t in docs]]),
+            vectors=vectors.astype(np.float32, copy=False),
+            lexical=self.lexical,
+            positions=positions,
+            speakers=self.speakers + speakers,
+            texts=self.texts + texts,
+            speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
+            speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
+            by_entity=by_entity,
+            expected=expected,
+            archive_seen=archive_seen,
+            nbytes=self.nbytes
+            + int(rows[0].vector.nbytes) * len(rows)
+            + sum(2 * len(t) for t in texts)
+            + TURN_OVERHEAD_BYTES * len(rows),
+        )
 
-    def rows(self) -> list[tuple[TurnWithVector, float]]:
-        return [
-            (TurnWithVector(t, v), float(e))
-            for t, v, e in zip(self.docs, self.vectors, self.expires_at, strict=True)
-        ]
+    def last_key(self) -> tuple[float, str] | None:
+        return (float(self.ts[-1]), self.ids[-1]) if self.ids else None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every turn Redis counted is here."""
+        return len(self.ids) >= self.expected
+
+    def rows(self) -> list[TurnWithVector]:
+        return [TurnWithVector(t, v) for t, v in zip(self.docs, self.vectors, strict=True)]
+
+
+_FIRST = (float("-inf"), "")
+
+
+def _order(row: TurnWithVector) -> tuple[float, str]:
+    """Rows run by time, then event id (as a Redis timeline does): one order from any source."""
+    return (row.turn.ts.timestamp(), row.turn.event_id)
 
 
 def index_turn(lexical: LexicalIndex, turn: StoredTurn) -> None:
@@ -106,70 +180,152 @@ def index_turn(lexical: LexicalIndex, turn: StoredTurn) -> None:
 
 
 class TurnIndex:
-    """Per-user ``UserTurns``, kept in sync with Redis incrementally; at most ``max_users``."""
+    """Per-user ``UserTurns`` (hot and archived), LRU within ``max_bytes`` and ``max_users``."""
 
-    def __init__(self, state: RedisState, *, dim: int, max_users: int = 256) -> None:
+    def __init__(
+        self,
+        state: RedisState,
+        *,
+        dim: int,
+        archive: LongTermStore | None = None,
+        max_users: int = 256,
+        max_bytes: int = 1 << 30,
+    ) -> None:
         self.state = state
+        self.archive = archive
         self.dim = dim
         self.max_users = max_users
+        self.max_bytes = max_bytes
         self._users: OrderedDict[tuple[str, str], UserTurns] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.nbytes = 0
         self.syncs = 0  # how many queries had to read turns (tests, benchmarks)
+        self.archive_reads = 0  # how many times a user's archive was read
 
     async def get(self, tenant_id: str, user_id: str) -> UserTurns:
         key = (tenant_id, user_id)
-        version = await self.state.turns_version(tenant_id, user_id)
+        version, expected = await self.state.turns_state(tenant_id, user_id)
         cached = self._users.get(key)
-        if cached is not None and cached.version == version:
+        if cached is not None and cached.version == version and cached.complete:
             self._users.move_to_end(key)
             return cached
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:  # one sync per user at a time; the others reuse its result
             cached = self._users.get(key)
-            if cached is not None and cached.version == version:
+            if cached is not None and cached.version == version and cached.complete:
                 return cached
-            fresh = await self._sync(tenant_id, user_id, version, cached)
-            self._users[key] = fresh
-            self._users.move_to_end(key)
-            while len(self._users) > self.max_users:
-                old, _ = self._users.popitem(last=False)
-                self._locks.pop(old, None)
+            fresh = await self._sync(tenant_id, user_id, version, expected, cached)
+            self._store(key, fresh)
             return fresh
 
     def evict(self, tenant_id: str, user_id: str) -> None:
-        self._users.pop((tenant_id, user_id), None)
+        gone = self._users.pop((tenant_id, user_id), None)
+        if gone is not None:
+            self.nbytes -= gone.nbytes
+
+    def _store(self, key: tuple[str, str], fresh: UserTurns) -> None:
+        old = self._users.pop(key, None)
+        self.nbytes += fresh.nbytes - (old.nbytes if old is not None else 0)
+        self._users[key] = fresh
+        # The user just asked for stays even when it alone is over the budget.
+        while len(self._users) > 1 and (
+            self.nbytes > self.max_bytes or len(self._users) > self.max_users
+        ):
+            gone_key, gone = self._users.popitem(last=False)
+            self.nbytes -= gone.nbytes
+            self._locks.pop(gone_key, None)
 
     async def _sync(
-        self, tenant_id: str, user_id: str, version: bytes | None, cached: UserTurns | None
+        self,
+        tenant_id: str,
+        user_id: str,
+        version: bytes | None,
+        expected: int,
+        cached: UserTurns | None,
     ) -> UserTurns:
         self.syncs += 1
-        lexical = cached.lexical if cached is not None else LexicalIndex()
         if version is None:  # nothing written, or forgotten
             return UserTurns.build(None, [], LexicalIndex(), self.dim)
-        ids = await self.state.timeline_ids(tenant_id, user_id)
-        known = cached.positions if cached is not None else {}
-        missing = cached.missing if cached is not None else frozenset()
-        added = [i for i in ids if i not in known and i not in missing]
-        read_at = time.time()
-        found, ttls = await asyncio.gather(
-            self.state.turns(tenant_id, user_id, added),
-            self.state.turn_ttls_ms(tenant_id, user_id, added),
-        )
-        expiry = {
-            i: (np.inf if t == -1 else read_at + t / 1000) for i, t in zip(added, ttls, strict=True)
-        }
-        fetched = {r.turn.event_id: (r, expiry[r.turn.event_id]) for r in found}
-        kept = {r.turn.event_id: (r, e) for r, e in cached.rows()} if cached is not None else {}
-        wanted = set(ids)
-        for dropped in [i for i in kept if i not in wanted]:
-            lexical.remove(dropped)
-            del kept[dropped]
-        for turn_id, (row, expires) in fetched.items():
+        old = cached if cached is not None and cached.version is not None else None
+        have = old.positions if old is not None else {}
+        new: dict[str, TurnWithVector] = {}
+        seen = old.archive_seen if old is not None else -1
+        if seen < 0:
+            seen = await self._read_archive(tenant_id, user_id, have, new)
+        last = old.last_key() if old is not None else None
+        # New turns are nearly always the newest: read the timeline from the last held one
+        # on, and all of it only when that does not account for every turn written.
+        if last is not None:
+            await self._read_hot(tenant_id, user_id, have, new, since=last[0])
+        if last is None or len(have) + len(new) < expected:
+            await self._read_hot(tenant_id, user_id, have, new, since=None)
+        if len(have) + len(new) < expected and self.archive is not None:
+            # A turn left the hot tier before this process saw it: the archive has it once
+            # the archive worker has caught up (its count grew since the last read).
+            count = await self.archive.count_turns(tenant_id, user_id)
+            if count > seen:
+                seen = await self._read_archive(tenant_id, user_id, have, new)
+        lexical = old.lexical if old is not None else LexicalIndex()
+        for row in new.values():
             index_turn(lexical, row.turn)
-            kept[turn_id] = (row, expires)
-        rows = [kept[i] for i in ids if i in kept]  # timeline order: oldest first
-        fresh = UserTurns.build(
-            version, [r for r, _ in rows], lexical, self.dim, [e for _, e in rows]
+        rows = sorted(new.values(), key=_order)
+        if old is not None and (not rows or _order(rows[0]) > (old.last_key() or _FIRST)):
+            return old.extended(version, rows, expected=expected, archive_seen=seen)
+        # A turn older than some held (a late event, the first load): one sorted rebuild.
+        texts = dict(zip(old.ids, old.texts, strict=True)) if old is not None else {}
+        merged = sorted([*(old.rows() if old is not None else []), *rows], key=_order)
+        return UserTurns.build(
+            version,
+            merged,
+            lexical,
+            self.dim,
+            expected=expected,
+            archive_seen=seen,
+            texts=[texts.get(r.turn.event_id) or turn_text(r.turn) for r in merged],
         )
-        vanished = (missing | {i for i in added if i not in fetched}) & wanted
-        return dataclasses.replace(fresh, missing=frozenset(vanished))
+
+    async def _read_hot(
+        self,
+        tenant_id: str,
+        user_id: str,
+        have: dict[str, int],
+        known: dict[str, TurnWithVector],
+        *,
+        since: float | None,
+    ) -> None:
+        """Add to ``known`` the hot turns (stamped at or after ``since``) not held yet."""
+        ids = (
+            await self.state.timeline_ids(tenant_id, user_id)
+            if since is None
+            else await self.state.timeline_since(tenant_id, user_id, since)
+        )
+        added = [i for i in ids if i not in have and i not in known]
+        for row in await self.state.turns(tenant_id, user_id, added):
+            # As the archive has it: the cluster a turn was put in is the clusters' to say.
+            turn = row.turn.model_copy(update={"cluster_id": None})
+            known[turn.event_id] = TurnWithVector(turn, row.vector)
+
+    async def _read_archive(
+        self,
+        tenant_id: str,
+        user_id: str,
+        have: dict[str, int],
+        known: dict[str, TurnWithVector],
+    ) -> int:
+        """Add to ``known`` the user's archived turns in neither ``have`` nor ``known``;
+        returns how many are archived."""
+        if self.archive is None:
+            return 0
+        self.archive_reads += 1
+        total = 0
+        offset: str | None = None
+        while True:
+            page, offset = await self.archive.list_turns(tenant_id, user_id, ARCHIVE_PAGE, offset)
+            total += len(page)
+            for archived in page:  # the same turn and vector as the hot tier's copy
+                if archived.turn.event_id not in have:
+                    known.setdefault(
+                        archived.turn.event_id, TurnWithVector(archived.turn, archived.vector)
+                    )
+            if offset is None:
+                return total

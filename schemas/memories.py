@@ -46,11 +46,13 @@ class OpenAction(Model):
 
 
 class HistoryEntry(Model):
-    """A superseded value, kept with the time it stopped being current."""
+    """A superseded value, kept with the event time it stopped being current (when the value
+    that replaced it was stated) and, where known, the event time it was stated."""
 
     attribute: str
     value: str
     superseded_at: datetime
+    stated_at: datetime | None = None
 
 
 class MemoryContent(Model):

@@ -19,6 +19,9 @@ class RetrieveRequest(Model):
     query: Text
     budget_tokens: int = Field(512, ge=32, le=8192)
     top_k: int = Field(8, ge=1, le=50)
+    # "Now" for recency ("what is the latest..."): the user's newest event when absent, never
+    # the server's clock, so a replayed log ranks as the live stream did.
+    now: Timestamp | None = None
 
 
 class RetrievedItem(Model):

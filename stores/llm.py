@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import ValidationError
@@ -30,12 +31,15 @@ class LLMError(RuntimeError):
 
 @dataclass
 class LLMUsage:
-    """Running totals for metrics: HTTP calls made, tokens the server reported, failed calls."""
+    """Running totals for metrics: HTTP calls made, tokens the server reported, failed calls,
+    repair asks, and memories the extractive fallback wrote."""
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     errors: int = 0
+    repairs: int = 0
+    fallbacks: int = 0
 
 
 class Consolidator(Protocol):
@@ -166,6 +170,53 @@ def _bound(node: Any, max_items: int, max_chars: int, name: str = "") -> None:
             _bound(value, max_items, max_chars, name)
 
 
+# Upper bounds of what one JSON value costs in tokens, for ``schema_output_tokens``. Measured
+# on SmolLM2's and Llama-style BPE vocabularies, JSON text runs 3-4 characters per token;
+# 3 keeps the bound above the answers seen. An ISO timestamp with its quotes is ~12-20.
+# Constrained decoders let the model pretty-print: a newline and an indent before every
+# member and item, ~3 tokens each (SmolLM2-135M's answers were one third whitespace).
+_CHARS_PER_TOKEN = 3
+_LAYOUT = 3
+_UNBOUNDED_CHARS = 400  # a string the schema leaves unbounded (max_text_chars=0)
+_UNBOUNDED_ITEMS = 8
+
+
+def schema_output_tokens(schema: dict[str, Any]) -> int:
+    """The most tokens an answer matching ``schema`` can take: the default ``max_tokens``.
+
+    Walks the bounds ``_bound`` wrote (``maxItems``, ``maxLength``) and adds the JSON around
+    them (keys, quotes, commas). A cap below this truncates answers the schema allows; the
+    bound is loose (most answers use a fraction), which costs nothing: generation stops at
+    the closing brace.
+    """
+    defs = schema.get("$defs", {})
+
+    def cost(node: Any) -> int:
+        if not isinstance(node, dict):
+            return 1
+        if "$ref" in node:
+            return cost(defs[node["$ref"].rsplit("/", 1)[-1]])
+        if "anyOf" in node:
+            return max(cost(branch) for branch in node["anyOf"])
+        kind = node.get("type")
+        if kind == "object":
+            props = node.get("properties", {})
+            return _LAYOUT + sum(
+                math.ceil(len(k) / _CHARS_PER_TOKEN) + 2 + _LAYOUT + cost(v)
+                for k, v in props.items()
+            )
+        if kind == "array":
+            items = int(node.get("maxItems", _UNBOUNDED_ITEMS))
+            return _LAYOUT + items * (cost(node.get("items", {})) + 1 + _LAYOUT)
+        if kind == "string":
+            if "format" in node:
+                return 20
+            return 2 + math.ceil(int(node.get("maxLength", _UNBOUNDED_CHARS)) / _CHARS_PER_TOKEN)
+        return 4  # numbers, booleans, null
+
+    return cost(schema)
+
+
 def build_messages(
     key: str, turns: Sequence[StoredTurn], existing: ConsolidatedMemory | None, now: datetime
 ) -> list[dict[str, str]]:
@@ -197,28 +248,77 @@ def parse_content(text: str) -> MemoryContent:
     return MemoryContent.model_validate(_aware(content.model_dump()))
 
 
+FallbackReason = Literal["truncated", "invalid_json", "schema"]  # metrics.LLM_FALLBACK_REASONS
+
+
+def repair_messages(
+    messages: list[dict[str, str]], reason: FallbackReason, error: str, max_tokens: int
+) -> list[dict[str, str]]:
+    """The prompt of the one repair ask: ``messages`` with the user turn told that the
+    answer was rejected, and why.
+
+    The error text goes in, not the rejected answer: a truncated answer repeated back would
+    cost its tokens again and invite the model to continue it. The note joins the last user
+    message rather than following it, since chat templates that want roles to alternate
+    (Gemma's, Mistral's) reject two user messages in a row.
+    """
+    why = {
+        "truncated": f"it was cut off at the {max_tokens}-token output limit",
+        "invalid_json": "it was not valid JSON",
+        "schema": "it did not match the schema",
+    }[reason]
+    note = (
+        f"Your previous answer was rejected: {why} ({error[:300]}). Answer again with ONE "
+        "complete JSON object that matches the schema. Be brief: fewer facts, short "
+        "sentences, no repetition."
+    )
+    *head, last = messages
+    return [*head, {"role": last["role"], "content": f"{last['content']}\n\n{note}"}]
+
+
 class OpenAICompatibleConsolidator:
     """Any OpenAI-compatible ``/chat/completions`` server with JSON-schema output.
 
-    One pooled ``httpx.AsyncClient`` per consolidator. A call is retried, with exponential
-    backoff (``backoff_s``, doubled per retry), on connection errors and timeouts, HTTP 408,
-    429 and 5xx, and answers that are not a valid memory; after ``max_retries`` retries it
-    raises ``LLMError``. Other HTTP errors (a bad request, a wrong key) fail at once.
+    One pooled ``httpx.AsyncClient`` per consolidator. Two kinds of failure, handled apart:
+
+    - The server does not answer (connection errors and timeouts, HTTP 408, 429 and 5xx):
+      retried with exponential backoff (``backoff_s``, doubled per retry); after
+      ``max_retries`` retries ``LLMError`` is raised (the worker retries the job later).
+      Other HTTP errors (a bad request, a wrong key) raise at once.
+    - The server answers, but not with a memory (cut off at ``max_tokens``, invalid JSON, a
+      schema violation): asked once more with the error added (``repair_messages``) at
+      ``repair_temperature`` -- the same prompt at temperature 0 gives the same answer --
+      and if that answer is unusable too, the extractive consolidator writes the memory and
+      ``on_fallback(reason)`` is told (``memstream_llm_fallbacks_total``).
+
+    ``max_tokens`` is ``settings.max_output_tokens`` or, when 0, what the schema's bounds
+    allow (``schema_output_tokens``): the answer's length follows the schema, not a server
+    default that cuts valid answers off.
     """
 
     name = "openai"
 
-    def __init__(self, settings: LLMSettings, *, backoff_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        settings: LLMSettings,
+        *,
+        backoff_s: float = 0.5,
+        on_fallback: Callable[[FallbackReason], None] | None = None,
+    ) -> None:
         headers = {"Content-Type": "application/json"}
         if settings.api_key is not None:
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self.model = settings.model
         self.max_retries = max(settings.max_retries, 0)
         self.backoff_s = backoff_s
+        self.repair_temperature = settings.repair_temperature
+        self.seed = settings.seed
         self.usage = LLMUsage()
+        self._on_fallback = on_fallback
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(settings.timeout_s))
         self._schema = memory_json_schema(settings.max_list_items, settings.max_text_chars)
+        self.max_tokens = settings.max_output_tokens or schema_output_tokens(self._schema)
 
     async def consolidate(
         self,
@@ -227,10 +327,28 @@ class OpenAICompatibleConsolidator:
         existing: ConsolidatedMemory | None,
         now: datetime,
     ) -> MemoryContent:
+        messages = build_messages(key, turns, existing, now)
+        try:
+            return await self._ask(messages, temperature=0.0)
+        except _BadAnswer as first:
+            self.usage.repairs += 1
+            repair = repair_messages(messages, first.reason, first.detail, self.max_tokens)
+            try:
+                return await self._ask(repair, temperature=self.repair_temperature)
+            except _BadAnswer as second:
+                self.usage.fallbacks += 1
+                if self._on_fallback is not None:
+                    self._on_fallback(second.reason)
+                return consolidate_extractive(key, turns, now)
+
+    async def _ask(self, messages: list[dict[str, str]], temperature: float) -> MemoryContent:
+        """One answer, retrying only while the server does not answer."""
         body = {
             "model": self.model,
-            "messages": build_messages(key, turns, existing, now),
-            "temperature": 0,
+            "messages": messages,
+            "temperature": temperature,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": "memory", "schema": self._schema, "strict": True},
@@ -242,21 +360,19 @@ class OpenAICompatibleConsolidator:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 return await self._attempt(body)
-            except _Retryable as exc:
+            except _Unavailable as exc:
                 self.usage.errors += 1
                 last_error = str(exc)
-        raise LLMError(
-            f"{self._url}: no valid memory after {self.max_retries + 1} tries: {last_error}"
-        )
+        raise LLMError(f"{self._url}: no answer after {self.max_retries + 1} tries: {last_error}")
 
     async def _attempt(self, body: dict[str, Any]) -> MemoryContent:
         self.usage.calls += 1
         try:
             response = await self._client.post(self._url, json=body)
         except httpx.TransportError as exc:  # connect, read, write, pool errors and timeouts
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            raise _Unavailable(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 or response.status_code in (408, 429):
-            raise _Retryable(f"HTTP {response.status_code}")
+            raise _Unavailable(f"HTTP {response.status_code}")
         if response.is_error:
             self.usage.errors += 1
             raise LLMError(f"{self._url}: HTTP {response.status_code}: {response.text[:200]}")
@@ -265,24 +381,49 @@ class OpenAICompatibleConsolidator:
             usage = payload.get("usage") or {}
             self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
-            return parse_content(payload["choices"][0]["message"]["content"])
+            choice = payload["choices"][0]
+            text = choice["message"]["content"]
+            finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            # json.JSONDecodeError and pydantic.ValidationError are ValueErrors
-            kind = "invalid memory" if isinstance(exc, ValidationError) else "invalid answer"
-            raise _Retryable(f"{kind}: {exc}"[:300]) from exc
+            # Not the chat-completions protocol at all: a proxy's error page, say.
+            raise _Unavailable(f"not a chat completion: {exc}"[:300]) from exc
+        try:
+            return parse_content(str(text))
+        except ValidationError as exc:
+            self.usage.errors += 1
+            # A cut-off answer usually fails as JSON; it is reported as what it is.
+            reason: FallbackReason = "truncated" if finish == "length" else "schema"
+            raise _BadAnswer(reason, str(exc)) from exc
+        except ValueError as exc:  # json.JSONDecodeError
+            self.usage.errors += 1
+            raise _BadAnswer(
+                "truncated" if finish == "length" else "invalid_json", str(exc)
+            ) from exc
 
     async def close(self) -> None:
         await self._client.aclose()
 
 
-class _Retryable(Exception):
-    """One failed attempt that a retry may fix."""
+class _Unavailable(Exception):
+    """One attempt the server did not answer; a retry after a backoff may fix it."""
 
 
-def consolidator_from_settings(settings: LLMSettings) -> Consolidator:
-    """``backend="extractive"`` (default, offline) or ``"openai"`` (any compatible server)."""
+class _BadAnswer(Exception):
+    """The server answered, but not with a usable memory."""
+
+    def __init__(self, reason: FallbackReason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason: FallbackReason = reason
+        self.detail = detail
+
+
+def consolidator_from_settings(
+    settings: LLMSettings, on_fallback: Callable[[FallbackReason], None] | None = None
+) -> Consolidator:
+    """``backend="extractive"`` (default, offline) or ``"openai"`` (any compatible server);
+    ``on_fallback`` hears of every memory the extractive fallback wrote instead of the LLM."""
     if settings.backend == "openai":
-        return OpenAICompatibleConsolidator(settings)
+        return OpenAICompatibleConsolidator(settings, on_fallback=on_fallback)
     return ExtractiveConsolidator()
 
 

@@ -10,6 +10,12 @@ memory as one JSON string in `MEMORY_JSON_FIELD` (Edge: its bindings convert pay
 value by value, so one string instead of a nested tree makes writes and reads several
 times faster). `from_payload` reads both forms. `tests/integration/
 test_longterm_contract.py` runs one contract suite against both and compares them.
+
+The same store holds the turn archive: every turn a user said, one point per turn (id =
+`turn_point_id`), in a second collection beside the memories (`<collection>_turns`).
+It is what keeps a turn retrievable after it left short-term memory in Redis: the
+archive worker (`workers.archive`) writes every encoded turn through, and the RPC's turn
+index (`rpc.turn_index`) reads a user's archive once and ranks it with the hot turns.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from memstream.settings import QdrantSettings
-from schemas.memories import ConsolidatedMemory
+from schemas.memories import ConsolidatedMemory, StoredTurn
 
 # Fixed for the life of the project: changing it would orphan every stored memory id.
 MEMORY_ID_NAMESPACE = uuid.UUID("466e5047-0907-4f05-9bdc-ef5ba26a895a")
@@ -39,12 +45,37 @@ PAYLOAD_INDEXES: tuple[tuple[str, bool], ...] = (
 # The compact payload's copy of the whole memory (a JSON string, never indexed).
 MEMORY_JSON_FIELD = "memory_json"
 
+# Fixed too: the archive's point ids. Another namespace than memories', so a turn's id can
+# never equal a memory's.
+TURN_ID_NAMESPACE = uuid.UUID("9a4f7c52-5b1e-4d0c-8f63-2e7d1b0a6c39")
+# The archive's indexed fields (bool: the tenant field); its payload also holds the turn
+# as one JSON string and its float16 embedding (hex), exactly what the hot tier holds.
+TURN_PAYLOAD_INDEXES: tuple[tuple[str, bool], ...] = (("tenant_id", True), ("user_id", False))
+TURN_JSON_FIELD = "turn_json"
+TURN_VECTOR_FIELD = "emb_f16"
+TURNS_SUFFIX = "_turns"
+
 Payload = dict[str, Any]
 
 
 def memory_point_id(tenant_id: str, user_id: str, key: str) -> str:
     """The deterministic id of a user's memory for `key`: re-consolidating updates, never adds."""
     return str(uuid.uuid5(MEMORY_ID_NAMESPACE, f"{tenant_id}:{user_id}:{key}"))
+
+
+def turn_point_id(tenant_id: str, user_id: str, event_id: str) -> str:
+    """The archive's id of a user's turn: writing the same event again replaces it."""
+    return str(uuid.uuid5(TURN_ID_NAMESPACE, f"{tenant_id}:{user_id}:{event_id}"))
+
+
+@dataclass(frozen=True)
+class ArchivedTurn:
+    """A turn as the archive keeps it: the owner, the turn, its unit embedding."""
+
+    tenant_id: str
+    user_id: str
+    turn: StoredTurn
+    vector: np.ndarray  # float32; stored as float16 like the hot tier, so read back equal
 
 
 @dataclass(frozen=True)
@@ -126,6 +157,41 @@ class LongTermStore(Protocol):
         """Delete every memory of one user; returns how many there were."""
         ...
 
+    # The turn archive. Same rules as memories: every read is filtered by tenant AND user;
+    # writes before `ensure_collection` (which creates the archive too) raise RuntimeError;
+    # reads before it see nothing.
+
+    async def upsert_turns(self, turns: Sequence[ArchivedTurn]) -> int:
+        """Archive turns, idempotent by (tenant, user, event id): the same turn again
+        replaces it (last occurrence in a batch wins). A vector is float16-rounded on the
+        way in, so `list_turns` hands back exactly what the hot tier in Redis holds; a
+        vector of another size than `dim` is a `ValueError`. Returns the distinct turns."""
+        ...
+
+    async def list_turns(
+        self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
+    ) -> tuple[list[ArchivedTurn], str | None]:
+        """One user's archived turns in point-id order, paged like `list_user`."""
+        ...
+
+    async def get_turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
+    ) -> list[ArchivedTurn]:
+        """The archived turns of `event_ids`, in the order asked, missing ones skipped
+        (for readers of turns that left the hot tier, e.g. consolidation)."""
+        ...
+
+    async def count_turns(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
+        """How many turns are archived (of a tenant, of a user)."""
+        ...
+
+    async def delete_turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str] | None = None
+    ) -> int:
+        """Delete one user's archived turns (a forget), or only those of `event_ids`;
+        returns how many there were."""
+        ...
+
     async def ping(self) -> bool:
         """True when the backend answers and the collection is usable."""
         ...
@@ -183,6 +249,49 @@ def prepare_points(
         by_id.pop(memory.memory_id, None)  # re-insert so batch order follows the last write
         by_id[memory.memory_id] = (memory.memory_id, as_vector(vector, dim), make_payload(memory))
     return list(by_id.values())
+
+
+def turns_name(collection: str) -> str:
+    """The archive beside a memories collection (or Edge shard directory)."""
+    return collection + TURNS_SUFFIX
+
+
+def as_float16(vector: np.ndarray) -> np.ndarray:
+    """The hot tier's float16 rounding of a vector, back as float32."""
+    rounded: np.ndarray = np.asarray(vector, dtype=np.float16).astype(np.float32)
+    return rounded
+
+
+def prepare_turn_points(
+    turns: Sequence[ArchivedTurn], dim: int | None
+) -> list[tuple[str, list[float], Payload]]:
+    """Validated (id, vector, payload) triples, one per turn, the last occurrence winning."""
+    by_id: dict[str, tuple[str, list[float], Payload]] = {}
+    for archived in turns:
+        point_id = turn_point_id(archived.tenant_id, archived.user_id, archived.turn.event_id)
+        rounded = as_float16(np.asarray(archived.vector, dtype=np.float32))
+        values = as_vector(rounded, dim)
+        payload: Payload = {
+            "tenant_id": archived.tenant_id,
+            "user_id": archived.user_id,
+            TURN_JSON_FIELD: archived.turn.model_dump_json(),
+            TURN_VECTOR_FIELD: rounded.astype(np.float16).tobytes().hex(),
+        }
+        by_id.pop(point_id, None)
+        by_id[point_id] = (point_id, values, payload)
+    return list(by_id.values())
+
+
+def turn_from_payload(payload: Payload | None) -> ArchivedTurn:
+    """The archived turn in a payload written by `prepare_turn_points`."""
+    data = payload or {}
+    emb = bytes.fromhex(str(data[TURN_VECTOR_FIELD]))
+    return ArchivedTurn(
+        tenant_id=str(data["tenant_id"]),
+        user_id=str(data["user_id"]),
+        turn=StoredTurn.model_validate_json(str(data[TURN_JSON_FIELD])),
+        vector=np.frombuffer(emb, dtype=np.float16).astype(np.float32),
+    )
 
 
 def to_payload(memory: ConsolidatedMemory) -> Payload:

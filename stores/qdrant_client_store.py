@@ -4,6 +4,7 @@ This module owns the collection on the server: creating it (cosine vectors, payl
 indexes, multitenant HNSW settings), checking an existing one, and mapping the contract's
 calls onto `AsyncQdrantClient`. `url=":memory:"` runs qdrant-client's in-process local
 mode (tests, quick experiments): same API, brute-force search, no payload indexes.
+The turn archive is a second collection, `<collection>_turns`, made the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from qdrant_client import AsyncQdrantClient, models
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
     PAYLOAD_INDEXES,
+    TURN_PAYLOAD_INDEXES,
+    ArchivedTurn,
     LongTermStore,
     ScoredMemory,
     as_vector,
@@ -25,7 +28,11 @@ from stores.longterm import (
     from_payload,
     owned_by,
     prepare_points,
+    prepare_turn_points,
     to_payload,
+    turn_from_payload,
+    turn_point_id,
+    turns_name,
 )
 
 LOCAL = ":memory:"
@@ -51,6 +58,7 @@ class QdrantClientStore(LongTermStore):
         if not url:
             raise ValueError('the qdrant client backend needs a url (or ":memory:")')
         self.collection = collection
+        self.turns_collection = turns_name(collection)
         self.local = url == LOCAL
         self._client = (
             AsyncQdrantClient(location=LOCAL)
@@ -60,28 +68,34 @@ class QdrantClientStore(LongTermStore):
         self._batch_size = batch_size
         self._dim: int | None = None
         self._exists = False  # cached once seen: collections are never dropped under us
+        self._turns_exist = False
 
     # --- lifecycle -----------------------------------------------------------------
 
     async def ensure_collection(self, dim: int) -> None:
-        if not await self._ready():
+        for name in (self.collection, self.turns_collection):
+            await self._create(name, dim)
+        self._exists = self._turns_exist = True
+        self._dim = dim
+        await self._ensure_indexes(self.collection, PAYLOAD_INDEXES)
+        await self._ensure_indexes(self.turns_collection, TURN_PAYLOAD_INDEXES)
+
+    async def _create(self, name: str, dim: int) -> None:
+        if not await self._client.collection_exists(name):
             try:
                 await self._client.create_collection(
-                    self.collection,
+                    name,
                     vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
                     # Qdrant's multitenancy setup: no global graph, one graph per tenant.
                     hnsw_config=models.HnswConfigDiff(m=0, payload_m=16),
                 )
             except Exception:
                 # Another process may have created it first; anything else re-raises.
-                if not await self._client.collection_exists(self.collection):
+                if not await self._client.collection_exists(name):
                     raise
-            self._exists = True
-        stored = await self._stored_dim()
+        stored = await self._stored_dim(name)
         if stored != dim:
-            raise ValueError(f"collection {self.collection} holds vectors of {stored}, not {dim}")
-        self._dim = dim
-        await self._ensure_indexes()
+            raise ValueError(f"collection {name} holds vectors of {stored}, not {dim}")
 
     async def ping(self) -> bool:
         try:
@@ -98,7 +112,7 @@ class QdrantClientStore(LongTermStore):
         if not await self._ready():
             raise RuntimeError("call ensure_collection(dim) before writing to a new store")
         if self._dim is None:
-            self._dim = await self._stored_dim()
+            self._dim = await self._stored_dim(self.collection)
         points = prepare_points(memories, self._dim)
         for start in range(0, len(points), self._batch_size):
             batch = points[start : start + self._batch_size]
@@ -226,6 +240,103 @@ class QdrantClientStore(LongTermStore):
         )
         return result.count
 
+    # --- the turn archive ----------------------------------------------------------
+
+    async def upsert_turns(self, turns: Sequence[ArchivedTurn]) -> int:
+        if not await self._turns_ready():
+            raise RuntimeError("call ensure_collection(dim) before writing to a new store")
+        if self._dim is None:
+            self._dim = await self._stored_dim(self.turns_collection)
+        points = prepare_turn_points(turns, self._dim)
+        for start in range(0, len(points), self._batch_size):
+            batch = points[start : start + self._batch_size]
+            await self._client.upsert(
+                self.turns_collection,
+                [models.PointStruct(id=i, vector=v, payload=p) for i, v, p in batch],
+                wait=True,
+            )
+        return len(points)
+
+    async def list_turns(
+        self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
+    ) -> tuple[list[ArchivedTurn], str | None]:
+        check_page(limit, offset, "list_turns")
+        if not await self._turns_ready():
+            return [], None
+        records, next_id = await self._client.scroll(
+            self.turns_collection,
+            scroll_filter=models.Filter(must=_owner_filter(tenant_id, user_id)),
+            limit=limit,
+            offset=offset,
+            with_payload=True,
+            with_vectors=False,
+        )
+        found = [turn_from_payload(r.payload) for r in records]
+        return found, None if next_id is None else str(next_id)
+
+    async def get_turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
+    ) -> list[ArchivedTurn]:
+        ids = list(dict.fromkeys(turn_point_id(tenant_id, user_id, e) for e in event_ids))
+        if not ids or not await self._turns_ready():
+            return []
+        records = await self._client.retrieve(
+            self.turns_collection, ids, with_payload=True, with_vectors=False
+        )
+        payloads = {str(r.id): r.payload for r in records}
+        return [
+            turn_from_payload(payloads[i])
+            for i in ids
+            if i in payloads and owned_by(payloads[i], tenant_id, user_id)
+        ]
+
+    async def count_turns(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
+        if not await self._turns_ready():
+            return 0
+        conditions = _owner_filter(tenant_id, user_id)
+        result = await self._client.count(
+            self.turns_collection,
+            count_filter=models.Filter(must=conditions) if conditions else None,
+            exact=True,
+        )
+        return result.count
+
+    async def delete_turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str] | None = None
+    ) -> int:
+        if not await self._turns_ready():
+            return 0
+        if event_ids is not None:
+            ids = list(dict.fromkeys(turn_point_id(tenant_id, user_id, e) for e in event_ids))
+            records = (
+                await self._client.retrieve(
+                    self.turns_collection, ids, with_payload=True, with_vectors=False
+                )
+                if ids
+                else []
+            )
+            owned: list[models.ExtendedPointId] = [
+                r.id for r in records if owned_by(r.payload, tenant_id, user_id)
+            ]
+            if owned:
+                await self._client.delete(
+                    self.turns_collection,
+                    points_selector=models.PointIdsList(points=owned),
+                    wait=True,
+                )
+            return len(owned)
+        owner = models.Filter(must=_owner_filter(tenant_id, user_id))
+        found = (
+            await self._client.count(self.turns_collection, count_filter=owner, exact=True)
+        ).count
+        if found:
+            await self._client.delete(
+                self.turns_collection,
+                points_selector=models.FilterSelector(filter=owner),
+                wait=True,
+            )
+        return found
+
     # --- internals -----------------------------------------------------------------
 
     async def _ready(self) -> bool:
@@ -233,16 +344,21 @@ class QdrantClientStore(LongTermStore):
             self._exists = await self._client.collection_exists(self.collection)
         return self._exists
 
-    async def _stored_dim(self) -> int:
-        info = await self._client.get_collection(self.collection)
+    async def _turns_ready(self) -> bool:
+        if not self._turns_exist:
+            self._turns_exist = await self._client.collection_exists(self.turns_collection)
+        return self._turns_exist
+
+    async def _stored_dim(self, name: str) -> int:
+        info = await self._client.get_collection(name)
         vectors = info.config.params.vectors
         if not isinstance(vectors, models.VectorParams):
-            raise ValueError(f"collection {self.collection} does not have one unnamed dense vector")
+            raise ValueError(f"collection {name} does not have one unnamed dense vector")
         return vectors.size
 
-    async def _ensure_indexes(self) -> None:
-        info = await self._client.get_collection(self.collection)
-        for field, is_tenant in PAYLOAD_INDEXES:
+    async def _ensure_indexes(self, name: str, indexes: tuple[tuple[str, bool], ...]) -> None:
+        info = await self._client.get_collection(name)
+        for field, is_tenant in indexes:
             if field in info.payload_schema:
                 continue
             schema = models.KeywordIndexParams(
@@ -257,4 +373,4 @@ class QdrantClientStore(LongTermStore):
                     warnings.filterwarnings(
                         "ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning
                     )
-                await self._client.create_payload_index(self.collection, field, schema, wait=True)
+                await self._client.create_payload_index(name, field, schema, wait=True)

@@ -53,6 +53,8 @@ from qdrant_edge import (
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
     PAYLOAD_INDEXES,
+    TURN_PAYLOAD_INDEXES,
+    ArchivedTurn,
     LongTermStore,
     ScoredMemory,
     as_vector,
@@ -61,11 +63,15 @@ from stores.longterm import (
     from_payload,
     owned_by,
     prepare_points,
+    prepare_turn_points,
     to_compact_payload,
+    turn_from_payload,
+    turn_point_id,
+    turns_name,
 )
 
 if TYPE_CHECKING:
-    from qdrant_edge import ConditionType
+    from qdrant_edge import ConditionType, PointId
 
 CONFIG_FILE = "edge_config.json"  # written by Edge itself at create time
 MAX_SEGMENT_KB = 32_000
@@ -74,6 +80,11 @@ MAX_SEGMENT_KB = 32_000
 # a 10k-memory user's filtered search runs ~2x faster than grouped by tenant. (Shards
 # created before keep their indexes as they were: correct, just slower.)
 TENANT_FIELD = "user_id"
+
+
+def turns_path(path: Path) -> Path:
+    """The turn archive's shard directory beside the memories' one."""
+    return path.parent / turns_name(path.name)
 
 
 def _config(dim: int) -> EdgeConfig:
@@ -100,8 +111,105 @@ def _owner_filter(tenant_id: str | None, user_id: str | None) -> list[ConditionT
     return conditions
 
 
+class _Shard:
+    """One EdgeShard directory: opened lazily, flushed and optimized every so many changes."""
+
+    def __init__(
+        self,
+        path: Path,
+        indexes: Sequence[str],
+        *,
+        flush_every: int,
+        optimize_every: int,
+    ) -> None:
+        self.path = path
+        self.indexes = tuple(indexes)
+        self.flush_every = flush_every
+        self.optimize_every = optimize_every
+        self.shard: EdgeShard | None = None
+        self.dim: int | None = None
+        self.unflushed = 0
+        self.unoptimized = 0
+
+    def ensure(self, dim: int) -> EdgeShard:
+        if self.shard is None:
+            persisted = self.persisted_dim()
+            if persisted is not None and persisted != dim:
+                raise ValueError(f"shard at {self.path} holds vectors of {persisted}, not {dim}")
+            if persisted is None:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self.shard = EdgeShard.create(str(self.path), _config(dim))
+            else:
+                # Passing the config re-checks compatibility and applies our tuning.
+                self.shard = self.load(_config(dim))
+            self.dim = dim
+        elif self.dim != dim:
+            raise ValueError(f"shard at {self.path} holds vectors of {self.dim}, not {dim}")
+        indexed = self.shard.info().payload_schema
+        for name in self.indexes:
+            if name not in indexed:
+                schema = KeywordIndexParams(is_tenant=name == TENANT_FIELD)
+                self.shard.update(UpdateOperation.create_field_index(name, schema))
+        return self.shard
+
+    def close(self) -> None:
+        shard, self.shard = self.shard, None
+        if shard is None:
+            return
+        try:
+            if self.unoptimized:
+                shard.optimize()
+            shard.flush()
+        finally:
+            shard.close()
+            self.unflushed = self.unoptimized = 0
+
+    def persisted_dim(self) -> int | None:
+        """The vector size of the shard on disk, or None when there is no shard yet."""
+        try:
+            config: dict[str, Any] = json.loads((self.path / CONFIG_FILE).read_text())
+        except FileNotFoundError:
+            return None
+        return int(config["vectors"][""]["size"])
+
+    def load(self, config: EdgeConfig | None) -> EdgeShard:
+        try:
+            return EdgeShard.load(str(self.path), config)
+        except Exception as error:  # Edge raises bare Exception; say what usually went wrong
+            raise RuntimeError(
+                f"cannot open the Qdrant Edge shard at {self.path} "
+                f"(is another process holding it?): {error}"
+            ) from error
+
+    def open_existing(self) -> EdgeShard | None:
+        """The open shard, loading one already on disk (a reader need not know `dim`)."""
+        if self.shard is None:
+            self.dim = self.persisted_dim()
+            if self.dim is None:
+                return None
+            self.shard = self.load(None)
+        return self.shard
+
+    def writable(self) -> EdgeShard:
+        shard = self.open_existing()
+        if shard is None:
+            raise RuntimeError("call ensure_collection(dim) before writing to a new store")
+        return shard
+
+    def changed(self, shard: EdgeShard, points: int, *, force: bool = False) -> None:
+        self.unflushed += points
+        self.unoptimized += points
+        if self.unoptimized and (force or self.unoptimized >= self.optimize_every):
+            shard.optimize()
+            self.unoptimized = 0
+        if self.unflushed and (force or self.unflushed >= self.flush_every):
+            shard.flush()
+            self.unflushed = 0
+
+
 class QdrantEdgeStore(LongTermStore):
-    """`LongTermStore` on one EdgeShard stored under `path`."""
+    """`LongTermStore` on one EdgeShard stored under `path`, its turn archive beside it
+    (`<path>_turns`, see `turns_path`)."""
 
     def __init__(
         self,
@@ -113,34 +221,32 @@ class QdrantEdgeStore(LongTermStore):
     ) -> None:
         self.path = Path(path)
         self._batch_size = batch_size
-        self._flush_every = flush_every
-        self._optimize_every = optimize_every
-        self._shard: EdgeShard | None = None
-        self._dim: int | None = None
-        self._unflushed = 0
-        self._unoptimized = 0
+        self._memories = _Shard(
+            self.path,
+            [name for name, _ in PAYLOAD_INDEXES],
+            flush_every=flush_every,
+            optimize_every=optimize_every,
+        )
+        self._archive = _Shard(
+            turns_path(self.path),
+            [name for name, _ in TURN_PAYLOAD_INDEXES],
+            flush_every=flush_every,
+            optimize_every=optimize_every,
+        )
+
+    @property
+    def _shard(self) -> EdgeShard | None:
+        return self._memories.shard
+
+    @property
+    def _dim(self) -> int | None:
+        return self._memories.dim
 
     # --- lifecycle -----------------------------------------------------------------
 
     async def ensure_collection(self, dim: int) -> None:
-        if self._shard is None:
-            persisted = self._persisted_dim()
-            if persisted is not None and persisted != dim:
-                raise ValueError(f"shard at {self.path} holds vectors of {persisted}, not {dim}")
-            if persisted is None:
-                self.path.mkdir(parents=True, exist_ok=True)
-                self._shard = EdgeShard.create(str(self.path), _config(dim))
-            else:
-                # Passing the config re-checks compatibility and applies our tuning.
-                self._shard = self._load(_config(dim))
-            self._dim = dim
-        elif self._dim != dim:
-            raise ValueError(f"shard at {self.path} holds vectors of {self._dim}, not {dim}")
-        indexed = self._shard.info().payload_schema
-        for field, _ in PAYLOAD_INDEXES:
-            if field not in indexed:
-                schema = KeywordIndexParams(is_tenant=field == TENANT_FIELD)
-                self._shard.update(UpdateOperation.create_field_index(field, schema))
+        self._memories.ensure(dim)
+        self._archive.ensure(dim)
 
     async def ping(self) -> bool:
         try:
@@ -153,16 +259,10 @@ class QdrantEdgeStore(LongTermStore):
         return True
 
     async def close(self) -> None:
-        shard, self._shard = self._shard, None
-        if shard is None:
-            return
         try:
-            if self._unoptimized:
-                shard.optimize()
-            shard.flush()
+            self._memories.close()
         finally:
-            shard.close()
-            self._unflushed = self._unoptimized = 0
+            self._archive.close()
 
     # --- writes --------------------------------------------------------------------
 
@@ -210,9 +310,7 @@ class QdrantEdgeStore(LongTermStore):
                 for r, values in zip(chunk, matrix[chunk].tolist(), strict=True)
             ]
             shard.update(UpdateOperation.upsert_points(batch))
-        self._unflushed += len(rows)
-        self._unoptimized += len(rows)
-        self._housekeeping(shard, force=True)
+        self._memories.changed(shard, len(rows), force=True)
         return len(rows)
 
     async def rewrite(self, memories: Sequence[ConsolidatedMemory]) -> int:
@@ -331,49 +429,95 @@ class QdrantEdgeStore(LongTermStore):
         owner = Filter(must=conditions) if conditions else None
         return shard.count(CountRequest(exact=True, filter=owner))
 
-    # --- internals -----------------------------------------------------------------
+    # --- the turn archive ----------------------------------------------------------
 
-    def _persisted_dim(self) -> int | None:
-        """The vector size of the shard on disk, or None when there is no shard yet."""
-        try:
-            config: dict[str, Any] = json.loads((self.path / CONFIG_FILE).read_text())
-        except FileNotFoundError:
-            return None
-        return int(config["vectors"][""]["size"])
+    async def upsert_turns(self, turns: Sequence[ArchivedTurn]) -> int:
+        shard = self._archive.writable()
+        points = prepare_turn_points(turns, self._archive.dim)
+        for start in range(0, len(points), self._batch_size):
+            if start:
+                await asyncio.sleep(0)
+            batch = points[start : start + self._batch_size]
+            shard.update(UpdateOperation.upsert_points([Point(*p) for p in batch]))
+        self._archive.changed(shard, len(points))
+        return len(points)
 
-    def _load(self, config: EdgeConfig | None) -> EdgeShard:
-        try:
-            return EdgeShard.load(str(self.path), config)
-        except Exception as error:  # Edge raises bare Exception; say what usually went wrong
-            raise RuntimeError(
-                f"cannot open the Qdrant Edge shard at {self.path} "
-                f"(is another process holding it?): {error}"
-            ) from error
+    async def list_turns(
+        self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
+    ) -> tuple[list[ArchivedTurn], str | None]:
+        check_page(limit, offset, "list_turns")
+        shard = self._archive.open_existing()
+        if shard is None:
+            return [], None
+        records, next_id = shard.scroll(
+            ScrollRequest(
+                offset=offset,
+                limit=limit,
+                filter=Filter(must=_owner_filter(tenant_id, user_id)),
+                with_payload=True,
+                with_vector=False,
+            )
+        )
+        found = [turn_from_payload(r.payload) for r in records]
+        return found, None if next_id is None else str(next_id)
+
+    async def get_turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
+    ) -> list[ArchivedTurn]:
+        shard = self._archive.open_existing()
+        ids: list[PointId] = list(
+            dict.fromkeys(turn_point_id(tenant_id, user_id, e) for e in event_ids)
+        )
+        if shard is None or not ids:
+            return []
+        records = shard.retrieve(ids, with_payload=True, with_vector=False)
+        payloads = {str(r.id): r.payload for r in records}
+        return [
+            turn_from_payload(payloads[str(i)])
+            for i in ids
+            if str(i) in payloads and owned_by(payloads[str(i)], tenant_id, user_id)
+        ]
+
+    async def count_turns(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
+        shard = self._archive.open_existing()
+        if shard is None:
+            return 0
+        conditions = _owner_filter(tenant_id, user_id)
+        owner = Filter(must=conditions) if conditions else None
+        return shard.count(CountRequest(exact=True, filter=owner))
+
+    async def delete_turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str] | None = None
+    ) -> int:
+        shard = self._archive.open_existing()
+        if shard is None:
+            return 0
+        if event_ids is not None:
+            ids: list[PointId] = list(
+                dict.fromkeys(turn_point_id(tenant_id, user_id, e) for e in event_ids)
+            )
+            records = shard.retrieve(ids, with_payload=True, with_vector=False) if ids else []
+            owned: list[PointId] = [
+                r.id for r in records if owned_by(r.payload, tenant_id, user_id)
+            ]
+            if owned:
+                shard.update(UpdateOperation.delete_points(owned))
+                self._archive.changed(shard, len(owned))
+            return len(owned)
+        owner = Filter(must=_owner_filter(tenant_id, user_id))
+        found = shard.count(CountRequest(exact=True, filter=owner))
+        if found:
+            shard.update(UpdateOperation.delete_points_by_filter(owner))
+            self._archive.changed(shard, found)
+        return found
+
+    # --- internals ---------------------------------------------------------------
 
     def _open_existing(self) -> EdgeShard | None:
-        """The open shard, loading one already on disk (a reader need not know `dim`)."""
-        if self._shard is None:
-            self._dim = self._persisted_dim()
-            if self._dim is None:
-                return None
-            self._shard = self._load(None)
-        return self._shard
+        return self._memories.open_existing()
 
     def _writable(self) -> EdgeShard:
-        shard = self._open_existing()
-        if shard is None:
-            raise RuntimeError("call ensure_collection(dim) before writing to a new store")
-        return shard
+        return self._memories.writable()
 
     def _changed(self, shard: EdgeShard, points: int) -> None:
-        self._unflushed += points
-        self._unoptimized += points
-        self._housekeeping(shard, force=False)
-
-    def _housekeeping(self, shard: EdgeShard, *, force: bool) -> None:
-        if self._unoptimized and (force or self._unoptimized >= self._optimize_every):
-            shard.optimize()
-            self._unoptimized = 0
-        if self._unflushed and (force or self._unflushed >= self._flush_every):
-            shard.flush()
-            self._unflushed = 0
+        self._memories.changed(shard, points)

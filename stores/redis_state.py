@@ -3,14 +3,17 @@
 Every key of a user carries the hash tag ``{tenant:user}`` so Redis Cluster keeps a user on
 one shard and a user's update can be one MULTI/EXEC transaction:
 
-    {p}:{t:u}:turn:<event_id>   hash   doc (StoredTurn JSON), emb (float16 bytes); TTL
-    {p}:{t:u}:timeline          zset   event ids of short-term turns by time
+    {p}:{t:u}:turn:<event_id>   hash   doc (StoredTurn JSON), emb (float16 bytes)
+    {p}:{t:u}:timeline          zset   event ids of short-term turns by time (the hot tier)
+    {p}:{t:u}:pinned            set    pinned turn ids on the timeline (never expire by age)
     {p}:{t:u}:pending           hash   event id -> TurnSignal bytes: salient turns not yet
                                        handed to consolidation (the recurrence window)
     {p}:{t:u}:clusters          hash   cluster id -> serialised Cluster (members, description)
     {p}:{t:u}:meta              hash   engine: the rest of the user's ClusterState (fuzzy
                                        buffer, adaptive thresholds, counters); cgen + cver:
-                                       generation token and version of the cluster state
+                                       generation token and version of the cluster state;
+                                       tver: turn version (fresh on every write), tall:
+                                       turns ever written, newest: newest event time
     {p}:{t:u}:keys              hash   recurrence key -> KeyState JSON
     {p}:{t:u}:seen:<event_id>   string processed-event marker (idempotency); TTL
     {p}:{t:u}:trig:<trigger_id> string consolidated-trigger marker; TTL
@@ -19,6 +22,12 @@ one shard and a user's update can be one MULTI/EXEC transaction:
     {p}:users                   set    every "tenant:user" seen (operators, rebuilds)
     {tp}:forgotten:{t:u}        string forget tombstone: epoch seconds (see mark_forgotten);
                                        tp = the tombstone prefix, shared by every generation
+
+Short-term turns leave the hot tier in event time (``memory.hot_tier``): older than the
+user's newest event minus ``ttl_days``, or past ``max_turns``, oldest first; never by a
+wall-clock TTL, so a replay leaves the same turns hot as the live stream did. Nothing is
+lost: the archive worker (``workers.archive``) has written every turn to the long-term
+store's archive, which the RPC ranks with the hot turns.
 
 Writers: the ``memorize`` processor owning the user's partition writes everything except
 ``trig:`` markers, which the consolidator owning the user writes.
@@ -51,6 +60,7 @@ from memory.clustering import (
     engine_from_bytes,
     engine_to_bytes,
 )
+from memory.hot_tier import Eviction, cutoff, evictions, prefix_needed
 from memory.recurrence import (
     KeyState,
     TurnSignal,
@@ -60,6 +70,7 @@ from memory.recurrence import (
     signal_to_bytes,
 )
 from schemas import StoredTurn
+from stores.redis_client import SlotTransactions, async_redis
 
 DAY_S = 86_400
 
@@ -118,8 +129,10 @@ class RedisState:
         max_turns: int = 2000,
         processed_ttl_days: float = 30.0,
         cluster_cache_users: int = 10_000,
+        transactions: SlotTransactions | None = None,
     ) -> None:
         self.redis = redis
+        self.transactions = transactions or SlotTransactions(redis)
         self.prefix = prefix
         self.tombstone_prefix = tombstone_prefix or prefix
         self.ttl_s = int(ttl_days * DAY_S)
@@ -133,7 +146,9 @@ class RedisState:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: object) -> RedisState:
-        return cls(Redis.from_url(url, decode_responses=False), **kwargs)  # type: ignore[arg-type]
+        """``redis://`` (one server) or ``redis+cluster://`` (stores/redis_client.py)."""
+        client = async_redis(url)
+        return cls(client, transactions=SlotTransactions(client, url), **kwargs)  # type: ignore[arg-type]
 
     def _key(self, tenant_id: str, user_id: str, *parts: str) -> str:
         return ":".join((self.prefix, user_tag(tenant_id, user_id), *parts))
@@ -142,6 +157,7 @@ class RedisState:
         return bool(await self.redis.ping())
 
     async def close(self) -> None:
+        await self.transactions.close()
         await self.redis.aclose()
 
     # -- memorize: read, then write atomically -------------------------------------------
@@ -169,6 +185,37 @@ class RedisState:
             cluster_version=version,
             forgotten_at=float(forgotten) if forgotten is not None else None,
         )
+
+    async def _hot_tier(
+        self, tenant_id: str, user_id: str, turn: StoredTurn
+    ) -> tuple[Eviction, bool]:
+        """What leaves the hot tier as ``turn`` is written (``memory.hot_tier``), and whether
+        ``turn`` was on the timeline already. Read before the transaction: memorize is the
+        user's one writer, so nothing changes in between."""
+        k = lambda *p: self._key(tenant_id, user_id, *p)  # noqa: E731
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(k("meta"), "newest")
+        pipe.zcard(k("timeline"))
+        pipe.smembers(k("pinned"))
+        pipe.zscore(k("timeline"), turn.event_id)
+        raw_newest, total, raw_pinned, score = await pipe.execute()
+        newest = float(raw_newest) if raw_newest is not None else None
+        pinned = {p.decode() for p in raw_pinned}
+        ts = turn.ts.timestamp()
+        limit = cutoff(ts if newest is None else max(newest, ts), self.ttl_s)
+        needed = prefix_needed(int(total), len(pinned), self.max_turns)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(k("timeline"), "-inf", f"({limit}", withscores=True)
+        pipe.zrange(k("timeline"), 0, needed - 1, withscores=True)
+        expired, first = await pipe.execute() if total else ([], [])
+        prefix = expired if len(expired) >= needed else first  # both are prefixes of one zset
+        oldest = [(i.decode(), float(t)) for i, t in prefix]
+        already = score is not None
+        new = (turn.event_id, ts, turn.pinned)
+        hot = evictions(
+            oldest, int(total), pinned, new, newest, self.ttl_s, self.max_turns, already=already
+        )
+        return hot, already
 
     async def _cluster_state(
         self, tenant_id: str, user_id: str, version: tuple[str, int]
@@ -213,21 +260,32 @@ class RedisState:
         turn = update.turn
         ts = turn.ts.timestamp()
         turn_key = k("turn", turn.event_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(
-            turn_key,
-            mapping={
-                "doc": turn.model_dump_json(),
-                "emb": np.asarray(update.vector, dtype=np.float16).tobytes(),
-            },
-        )
-        if turn.pinned:
-            pipe.persist(turn_key)
-        else:
-            pipe.expire(turn_key, self.ttl_s)
-        pipe.zadd(k("timeline"), {turn.event_id: ts})
-        pipe.zremrangebyrank(k("timeline"), 0, -self.max_turns - 1)
-        pipe.hset(k("meta"), "tver", uuid.uuid4().hex)  # the RPC's turn index re-syncs on change
+        hot, already = await self._hot_tier(tenant_id, user_id, turn)
+        # The users set is another slot: outside the user's transaction, and first, so a
+        # user with state is always listed (SADD is idempotent; a failed update lists a user
+        # with nothing, whom delete_user and the readers treat as empty).
+        await self.redis.sadd(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
+        pipe = await self.transactions.pipeline(turn_key)
+        if hot.keep_new:
+            pipe.hset(
+                turn_key,
+                mapping={
+                    "doc": turn.model_dump_json(),
+                    "emb": np.asarray(update.vector, dtype=np.float16).tobytes(),
+                },
+            )
+            pipe.persist(turn_key)  # no wall-clock TTL: turns leave by event time, below
+            pipe.zadd(k("timeline"), {turn.event_id: ts})
+            if turn.pinned:
+                pipe.sadd(k("pinned"), turn.event_id)
+        if hot.evicted:  # left the hot tier; the archive (workers/archive.py) keeps them
+            pipe.zrem(k("timeline"), *hot.evicted)
+            pipe.delete(*(k("turn", i) for i in hot.evicted))
+            pipe.srem(k("pinned"), *hot.evicted)
+        # The RPC's turn index re-syncs on a new tver; tall counts every turn ever written.
+        pipe.hset(k("meta"), mapping={"tver": uuid.uuid4().hex, "newest": repr(hot.newest)})
+        if not already:
+            pipe.hincrby(k("meta"), "tall", 1)
         if update.pending_add is not None:
             pipe.hset(k("pending"), turn.event_id, signal_to_bytes(update.pending_add))
         if update.pending_remove:
@@ -248,9 +306,8 @@ class RedisState:
         if update.keys:
             pipe.hset(k("keys"), mapping={n: key_state_to_json(s) for n, s in update.keys.items()})
         pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
-        pipe.sadd(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
         try:
-            results = await pipe.execute()
+            results = await self.transactions.execute(pipe)
         except BaseException:
             self._cluster_cache.pop((tenant_id, user_id), None)  # unknown outcome: re-read
             raise
@@ -326,10 +383,10 @@ class RedisState:
         self, tenant_id: str, user_id: str, event_id: str, triggers: dict[str, bytes]
     ) -> None:
         key = self._key(tenant_id, user_id, "etrig", event_id)
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = await self.transactions.pipeline(key)
         pipe.hset(key, mapping=triggers)  # type: ignore[arg-type]
         pipe.expire(key, self.processed_ttl_s)
-        await pipe.execute()
+        await self.transactions.execute(pipe)
 
     async def open_event_triggers(self, tenant_id: str, user_id: str, event_id: str) -> list[bytes]:
         """The triggers ``event_id`` emitted that are not consolidated yet."""
@@ -388,7 +445,19 @@ class RedisState:
         return sorted(u.decode() for u in await self.redis.smembers(f"{self.prefix}:users"))
 
     async def count_turns(self, tenant_id: str, user_id: str) -> int:
+        """Turns memorize wrote for the user: hot, or gone on to the archive."""
+        return await self.turns_written(tenant_id, user_id) or await self.count_hot_turns(
+            tenant_id, user_id
+        )
+
+    async def count_hot_turns(self, tenant_id: str, user_id: str) -> int:
+        """Turns in the hot tier (the timeline) now."""
         return int(await self.redis.zcard(self._key(tenant_id, user_id, "timeline")))
+
+    async def turns_written(self, tenant_id: str, user_id: str) -> int:
+        """Distinct turns ever written for the user (0 before any, or after a forget)."""
+        raw = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tall")
+        return int(raw or 0)
 
     # -- retrieval's turn index and forgetting (the RPC) -----------------------------------
 
@@ -397,19 +466,22 @@ class RedisState:
         token: bytes | None = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tver")
         return token
 
+    async def timeline_since(self, tenant_id: str, user_id: str, ts: float) -> list[str]:
+        """The timeline's ids stamped at or after ``ts`` (epoch seconds), oldest first."""
+        ids = await self.redis.zrangebyscore(
+            self._key(tenant_id, user_id, "timeline"), repr(float(ts)), "+inf"
+        )
+        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+
     async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
         """Every short-term turn id on the user's timeline, oldest first."""
         ids = await self.redis.zrange(self._key(tenant_id, user_id, "timeline"), 0, -1)
         return [i.decode() for i in ids]
 
-    async def turn_ttls_ms(self, tenant_id: str, user_id: str, ids: Sequence[str]) -> list[int]:
-        """Each turn's remaining TTL in ms (PTTL: -1 pinned, -2 gone), in the order asked."""
-        if not ids:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for event_id in ids:
-            pipe.pttl(self._key(tenant_id, user_id, "turn", event_id))
-        return [int(t) for t in await pipe.execute()]
+    async def turns_state(self, tenant_id: str, user_id: str) -> tuple[bytes | None, int]:
+        """``turns_version`` and ``turns_written`` in one read."""
+        token, total = await self.redis.hmget(self._key(tenant_id, user_id, "meta"), "tver", "tall")
+        return (token if isinstance(token, bytes) else None), int(total or 0)
 
     def _forgotten_key(self, tenant_id: str, user_id: str) -> str:
         # The user's hash tag (same slot) but outside ``{p}:{t:u}:*``, so delete_user keeps it.
@@ -429,6 +501,11 @@ class RedisState:
     async def forgotten_at(self, tenant_id: str, user_id: str) -> float | None:
         raw = await self.redis.get(self._forgotten_key(tenant_id, user_id))
         return None if raw is None else float(raw)
+
+    async def clear_forgotten(self, tenant_id: str, user_id: str) -> bool:
+        """Lift the tombstone (an operator's ``--restore-forgotten`` replay); True if one was
+        there. Every generation reads the same one, so this lifts it for all of them."""
+        return bool(await self.redis.delete(self._forgotten_key(tenant_id, user_id)))
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
         """Forget a user: every key under the user's hash tag, and the users-set entry."""

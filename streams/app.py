@@ -52,7 +52,7 @@ def create_app(settings: Settings, *, app_id: str, broker_url: str) -> faust.App
         broker_commit_interval=1.0,
         stream_wait_empty=False,
         topic_partitions=settings.kafka.partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=settings.kafka.replication_factor,
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
         web_enabled=False,
@@ -70,6 +70,10 @@ def create_topics(app: faust.App, settings: Settings) -> Topics:
             key_serializer="raw",
             value_serializer="raw",
             partitions=t.partitions or settings.kafka.partitions,
+            # "internal": faust declares the topic before it subscribes. Kafka does not
+            # create a topic for a consumer, and a group that joined before its topics
+            # existed is assigned nothing until its next metadata refresh (5 minutes).
+            internal=True,
         )
         for t in TOPICS
     }

@@ -30,18 +30,20 @@ STAGE = "control"
 class Forgotten:
     redis_keys_deleted: int
     memories_deleted: int
+    turns_deleted: int = 0  # archived turns
 
 
 async def forget_user(
     state: RedisState, longterm: LongTermStore, tenant_id: str, user_id: str, at: float
 ) -> Forgotten:
-    """Tombstone first (so nothing new is memorized meanwhile), then delete everywhere:
-    short-term turns, clusters, recurrence counters and pending triggers in Redis, the
-    user's memories in Qdrant."""
+    """Tombstone first (so nothing new is memorized or archived meanwhile), then delete
+    everywhere: short-term turns, clusters, recurrence counters and pending triggers in
+    Redis, the user's memories and archived turns in the long-term store."""
     await state.mark_forgotten(tenant_id, user_id, at)
     keys = await state.delete_user(tenant_id, user_id)
     memories = await longterm.delete_user(tenant_id, user_id)
-    return Forgotten(keys, memories)
+    turns = await longterm.delete_turns(tenant_id, user_id)
+    return Forgotten(keys, memories, turns)
 
 
 def register_control(

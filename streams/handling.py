@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memstream.logs import event_id_of
-from memstream.metrics import Metrics
+from memstream.metrics import DLQ_REASONS, Metrics
 from schemas import DeadLetter
 
 log = logging.getLogger("memstream.streams")
@@ -66,12 +66,31 @@ def is_outage(exc: BaseException) -> bool:
     return False
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+MAX_REASON_CHARS = 2000
+MAX_ORIGINAL_CHARS = 100_000
+
+
+def describe_invalid(exc: ValidationError, value: bytes) -> str:
+    """A dead letter's reason for a value that does not validate, naming each bad field.
+
+    An empty value gets its own words: the JSON parser would call it "EOF ... column 0".
+    """
+    if not value.strip():
+        return "empty value" if not value else "empty value (whitespace only)"
     parts = []
     for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "message"
-        parts.append(f"{where}: {err['msg']}")
+        where = ".".join(str(p) for p in err["loc"])
+        # A whole-value error (not JSON, not an object) has no field to name.
+        parts.append(f"{where}: {err['msg']}" if where else err["msg"])
     return "invalid message: " + "; ".join(parts)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, saying so at its end when it had to be cut."""
+    if len(text) <= limit:
+        return text
+    marker = f" …[cut: {len(text)} characters in all]"
+    return text[: max(limit - len(marker), 0)] + marker
 
 
 class DeadLetters:
@@ -87,13 +106,19 @@ class DeadLetters:
         # Exported at 0 from the start, so that an outage shows as a rise, not a new series.
         for kind in RETRY_KINDS:
             metrics.retries.labels(stage, kind)
+        for reason_class in DLQ_REASONS:  # the first dead letter must be a rise for rate()
+            metrics.dlq.labels(stage, reason_class)
+        metrics.events.labels(stage, "dlq")
 
-    async def decode(self, model: type[M], key: bytes | None, value: bytes) -> M | None:
+    async def decode(self, model: type[M], key: bytes | None, value: bytes | None) -> M | None:
         """The message as ``model``, or None once it has been dead-lettered as invalid."""
+        if value is None:  # a null record (a Kafka tombstone): faust hands it over as None
+            await self.send("empty value (null record)", key, b"", reason_class="validation")
+            return None
         try:
             return model.model_validate_json(value)
         except ValidationError as exc:
-            await self.send(describe_validation_error(exc), key, value, reason_class="validation")
+            await self.send(describe_invalid(exc, value), key, value, reason_class="validation")
             return None
 
     async def poison(self, exc: BaseException, key: bytes | None, value: bytes) -> None:
@@ -106,10 +131,10 @@ class DeadLetters:
         stage = self.stage
         letter = DeadLetter(
             stage=stage,
-            reason=reason[:2000],
+            reason=cut(reason, MAX_REASON_CHARS),
             topic=self.source_topic,
             key=key.decode("utf-8", "replace") if key else None,
-            original=value.decode("utf-8", "replace")[:100_000],
+            original=cut(value.decode("utf-8", "replace"), MAX_ORIGINAL_CHARS),
             ts=datetime.now(UTC),
         )
         await self.dlq.send(key=key, value=letter.model_dump_json().encode())

@@ -25,7 +25,6 @@ from memory.clustering import (
     ClusterState,
     MemoryIn,
     StepResult,
-    classify,
     step,
     vectors_needed,
     with_descriptions,
@@ -36,7 +35,6 @@ from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger, StoredTurn
 from stores.redis_state import RedisState, UserUpdate
-from stores.router import LLMRouter
 from streams.app import Topics
 from streams.handling import DeadLetters, with_retries
 
@@ -69,10 +67,10 @@ class Memorizer:
     cluster_params: ClusterParams
     recurrence_params: RecurrenceParams
     window: int
-    # Optional: the LLM router for fuzzy memories and LLM descriptions (None = offline), and
-    # the encoder that embeds new cluster descriptions (None = descriptions stay unembedded
-    # and retrieval ranks those clusters by centroid only).
-    router: LLMRouter | None = None
+    # Optional: the encoder that embeds new cluster descriptions (None = descriptions stay
+    # unembedded and retrieval ranks those clusters by centroid only). No model is called
+    # here: fuzzy memories wait in the buffer and descriptions are keywords, so ingest costs
+    # no LLM latency and the same log always gives the same clusters.
     embed: Callable[[Sequence[str]], np.ndarray] | None = field(default=None, repr=False)
     # A sentence said by this many distinct users of a tenant counts for nothing (0 = off).
     common_phrase_users: int = 25
@@ -101,7 +99,6 @@ class Memorizer:
                 terms_of(event.text),
                 pinned,
             ),
-            event.text,
             now,
             tenant,
             user,
@@ -177,33 +174,24 @@ class Memorizer:
         self,
         state: ClusterState,
         memory: MemoryIn,
-        text: str,
         now: float,
         tenant: str,
         user: str,
     ) -> StepResult:
         """One step of the pure engine, with the I/O it may ask for around it."""
         params = self.cluster_params
-        if self.router is not None:
-            band, options = classify(state, memory.vector, params)
-            if band == "fuzzy":
-                route = await self.router.route(text, options)
-                memory = replace(memory, route=route)
         needed = vectors_needed(state, memory, params)
         vectors = await self.state.member_vectors(tenant, user, needed) if needed else {}
         result = step(state, memory, now, params, vectors)
         described = result.maintenance.described if result.maintenance else ()
-        if described and (self.router is not None or self.embed is not None):
+        if described and self.embed is not None:
             result = await self._describe(result, described)
         return result
 
     async def _describe(self, result: StepResult, cluster_ids: Sequence[str]) -> StepResult:
-        """LLM names (when configured) and embeddings for clusters whose keywords changed."""
+        """Embeddings for clusters whose keyword descriptions changed."""
         clusters = [c for c in (result.state.cluster(i) for i in cluster_ids) if c is not None]
         texts = [c.description for c in clusters]
-        if self.router is not None:
-            named = [await self.router.describe(t) for t in texts]
-            texts = [n or t for n, t in zip(named, texts, strict=True)]
         vectors: list[np.ndarray | None] = [None] * len(texts)
         if self.embed is not None:
             embedded = await asyncio.to_thread(self.embed, texts)

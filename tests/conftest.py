@@ -2,10 +2,14 @@
 
 The Tansu broker keeps every record in memory, so a session gets a fresh one; tests keep
 out of each other's way with their own topic prefix (and so their own consumer groups).
+
+``MEMSTREAM_TEST_STACK=cluster`` runs the same tests on a 3-node Apache Kafka cluster and a
+Redis Cluster instead (``make cluster-test``; stores/real_clusters.py).
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,18 +19,31 @@ import pytest
 
 from memstream.settings import Settings
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
+from stores.real_clusters import cluster_environment, kafka_cluster, on_clusters, redis_cluster
+
+ON_CLUSTERS = on_clusters()
+if ON_CLUSTERS:  # every Settings made here, and every child process, gets them
+    for _name, _value in cluster_environment().items():
+        os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    service = EmbeddedBroker(tmp_path_factory.mktemp("broker")).start()
+    # Tests read only ``.url`` (and ``.stop``); the cluster service has both.
+    service: Any = (
+        kafka_cluster() if ON_CLUSTERS else EmbeddedBroker(tmp_path_factory.mktemp("broker"))
+    ).start()
     yield service
     service.stop()
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    service = EmbeddedRedis(tmp_path_factory.mktemp("redis"), persist=False).start()
+    service: Any = (
+        redis_cluster()
+        if ON_CLUSTERS
+        else EmbeddedRedis(tmp_path_factory.mktemp("redis"), persist=False)
+    ).start()
     yield service
     service.stop()
 

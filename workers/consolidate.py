@@ -15,19 +15,18 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import faust
 import numpy as np
 
 from memory.consolidation import merge_memory
 from memory.links import LinkParams, entity_keys, linked, related_ids
-from memory.ranking import memory_text
+from memory.render import memory_text
 from memory.strength import StrengthParams, initial_strength
 from memstream.metrics import Metrics
-from schemas import ConsolidatedMemory, RecurrenceTrigger
+from schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
 from stores.encoder import OnnxEncoder
-from stores.llm import Consolidator
+from stores.llm import Consolidator, build_messages
 from stores.longterm import LongTermStore, memory_point_id
 from stores.redis_state import RedisState
 from streams.app import Topics
@@ -35,6 +34,8 @@ from streams.handling import DeadLetters, with_retries
 from workers.locks import UserLocks
 
 STAGE = "consolidate"
+# How long a job waits for the archive to hold a trigger's turns that left the hot tier.
+ARCHIVE_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,22 @@ class ConsolidationWorker:
     def __post_init__(self) -> None:
         self._limit = asyncio.Semaphore(self.max_concurrency)
 
+    async def _archived(self, job: Job, event_ids: list[str]) -> list[StoredTurn]:
+        """The turns of ``event_ids`` from the archive, waiting (bounded) for any it has not
+        written yet: the archive worker follows ``memstream.encoded`` on its own, and a
+        memory must not depend on which of the two got there first."""
+        waited, pause = 0.0, 0.05
+        while True:
+            found = await self.longterm.get_turns(job.tenant_id, job.user_id, event_ids)
+            if len(found) >= len(event_ids) or waited >= ARCHIVE_WAIT_S:
+                return [a.turn for a in found]
+            # A forgotten user's turns are never archived: nothing to wait for.
+            if await self.state.forgotten_at(job.tenant_id, job.user_id) is not None:
+                return [a.turn for a in found]
+            await asyncio.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 1.0)
+
     async def run_job(self, job: Job) -> ConsolidatedMemory | None:
         """The memory written for this job, or None when there was nothing new to do."""
         done = [
@@ -102,6 +119,12 @@ class ConsolidationWorker:
             self.metrics.consolidations.labels("skipped").inc()
             return None
         turns = [t.turn for t in await self.state.turns(job.tenant_id, job.user_id, job.turn_ids)]
+        # A trigger's older turns may have left the hot tier (event-time TTL, cap): the
+        # archive holds every turn, so a recurrence months apart still sees its evidence.
+        hot = {t.event_id for t in turns}
+        cold = [i for i in job.turn_ids if i not in hot]
+        if cold:
+            turns += await self._archived(job, cold)
         turns = sorted(turns, key=lambda t: t.ts)[-self.max_turns :]
         memory_id = memory_point_id(job.tenant_id, job.user_id, job.key)
         existing = await self.longterm.get(job.tenant_id, job.user_id, memory_id)
@@ -109,9 +132,17 @@ class ConsolidationWorker:
             await self._mark_done(job)
             self.metrics.consolidations.labels("skipped").inc()
             return None
-        now = datetime.now(UTC)
+        # Event time, never the wall clock: the memory's times are its sources' times, so a
+        # replay of an old log writes the same memory the live stream did.
+        now = max(t.ts for t in turns)
         async with self._limit:
             started = time.perf_counter()
+            # What the consolidator reads, in the encoder's tokens whatever the backend (the
+            # extractive one reads the same turns): what gated and eager consolidation spend.
+            prompt = build_messages(job.key, turns, existing, now)
+            self.metrics.consolidation_input_tokens.labels(self.consolidator.name).inc(
+                sum(self.encoder.count_tokens(m["content"]) for m in prompt)
+            )
             try:
                 content = await self.consolidator.consolidate(job.key, turns, existing, now)
             except Exception:

@@ -43,7 +43,7 @@ from schemas import (
 )
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
 from stores.encoder import OnnxEncoder
-from stores.longterm import memory_point_id
+from stores.longterm import ArchivedTurn, memory_point_id
 from stores.qdrant_edge_store import QdrantEdgeStore
 from stores.redis_state import RedisState, UserUpdate
 from streams.memorize import Memorizer
@@ -89,6 +89,7 @@ async def _seed(api: Api, tenant: str, user: str) -> None:
             entities=extract_entities(text),
         )
         await api.state.apply(tenant, user, UserUpdate(turn.event_id, turn, vector))
+        await api.longterm.upsert_turns([ArchivedTurn(tenant, user, turn, vector)])  # archive
     memory = ConsolidatedMemory(
         memory_id=memory_point_id(tenant, user, "topic:parcel"),
         tenant_id=tenant,
@@ -211,6 +212,7 @@ async def test_forget_leaves_no_residue_and_in_flight_events_stay_forgotten(api:
     before = await client.retrieve(user, "where is my parcel")
     assert before.items
     assert await api.longterm.count(tenant, user) == 1
+    assert await api.longterm.count_turns(tenant, user) == len(TOPICS)
     assert await _keys_of(api.state, tenant, user)
 
     gone = await client.forget(user)
@@ -221,6 +223,7 @@ async def test_forget_leaves_no_residue_and_in_flight_events_stay_forgotten(api:
     residue = [k for k in await _keys_of(api.state, tenant, user) if b":forgotten:" not in k]
     assert residue == []
     assert await api.longterm.count(tenant, user) == 0
+    assert await api.longterm.count_turns(tenant, user) == 0  # the archive tier too
     assert await api.state.redis.sismember(f"{api.state.prefix}:users", f"{tenant}:{user}") == 0
     after = await client.retrieve(user, "where is my parcel")
     assert (after.items, after.context) == ([], "")

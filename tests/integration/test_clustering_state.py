@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka import AIOKafkaConsumer
 
 from bench import synthetic
 from memory.cluster_describe import terms_of
@@ -33,12 +34,14 @@ from memory.clustering import (
     vectors_needed,
     with_descriptions,
 )
+from memory.hot_tier import evictions
 from memory.text import is_remember_request
 from memory.vectors import normalize
 from memstream.replay import replay_file
 from memstream.settings import Settings
 from memstream.wiring import cluster_params
-from schemas import StoredTurn
+from rpc.publisher import bootstrap_servers
+from schemas import EncodedEvent, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.redis_state import RedisState, UserUpdate
@@ -76,23 +79,69 @@ def events(turns: list[synthetic.LabelledTurn]) -> list[dict[str, object]]:
     ]
 
 
+async def encoded_vectors(settings: Settings, want: set[str]) -> dict[str, np.ndarray]:
+    """The embeddings the processor memorized, read back from ``memstream.encoded``.
+
+    The pure engine must start from the very same float32 vectors: onnxruntime's kernels
+    for another batch shape (the encode stage batches by arrival) may round a vector's last
+    bits differently, and a centroid is a running sum of them.
+    """
+    consumer = AIOKafkaConsumer(
+        settings.topic("encoded"),
+        bootstrap_servers=bootstrap_servers(settings.kafka.broker),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    await consumer.start()
+    found: dict[str, np.ndarray] = {}
+    try:
+        while not want <= found.keys():
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                for record in records:
+                    encoded = EncodedEvent.model_validate_json(record.value)
+                    found[encoded.event.event_id] = np.asarray(encoded.embedding, np.float32)
+    finally:
+        await consumer.stop()
+    return found
+
+
 def pure_state(
-    turns: list[synthetic.LabelledTurn], settings: Settings, encoder: OnnxEncoder
+    turns: list[synthetic.LabelledTurn],
+    settings: Settings,
+    encoder: OnnxEncoder,
+    embeddings: dict[str, np.ndarray],
 ) -> tuple[ClusterState, Counter[str]]:
     """What ``Memorizer`` computes, without a broker or Redis (member vectors as float16)."""
     params = cluster_params(settings.cluster)
-    vectors = normalize(encoder.encode([t.text for t in turns]))
+    vectors = [normalize(embeddings[t.event_id]) for t in turns]
     stored = {
         t.event_id: v.astype(np.float16).astype(np.float32)
         for t, v in zip(turns, vectors, strict=True)
     }
     state = ClusterState.empty(params)
     ran: Counter[str] = Counter()
+    # Redis holds only the hot tier (event-time TTL, cap): a split sees those vectors only.
+    hot: list[tuple[str, float]] = []
+    pinned: set[str] = set()
+    newest: float | None = None
+    ttl_s = int(settings.redis.short_term_ttl_days * 86_400)
     for t, v in zip(turns, vectors, strict=True):
         now = (BASE + timedelta(seconds=t.ts)).timestamp()
         memory = MemoryIn(t.event_id, v, 0.5, terms_of(t.text), is_remember_request(t.text))
         needed = vectors_needed(state, memory, params)
-        result = step(state, memory, now, params, {i: stored[i] for i in needed})
+        held = {i for i, _ in hot}
+        result = step(state, memory, now, params, {i: stored[i] for i in needed if i in held})
+        out = evictions(
+            hot, len(hot), pinned, (t.event_id, now, memory.pinned), newest, ttl_s,
+            settings.redis.short_term_max_turns,
+        )  # fmt: skip
+        hot = [e for e in hot if e[0] not in out.evicted]
+        if out.keep_new:
+            hot = sorted([*hot, (t.event_id, now)], key=lambda e: (e[1], e[0]))
+            pinned |= {t.event_id} if memory.pinned else set()
+        newest = out.newest
         state = result.state
         ran["flush"] += bool(result.flushed)
         if result.maintenance is not None:
@@ -130,8 +179,8 @@ def _header(blob: bytes) -> dict[str, object]:
 
 
 def _close(a: object, b: object) -> bool:
-    """Equal, floats to 1e-6: the processor's encoder runs in another process, where
-    onnxruntime's threaded sums may round a vector's last bit differently."""
+    """Equal, floats to 1e-6. Both sides start from the same vectors (``encoded_vectors``);
+    the slack covers the description embeddings, which each side encodes itself."""
     if isinstance(a, float) and isinstance(b, float):
         return abs(a - b) <= 1e-6 * max(1.0, abs(a))
     if isinstance(a, list) and isinstance(b, list):
@@ -178,10 +227,13 @@ def test_redis_state_equals_the_pure_engine(running: MemstreamProcess, tmp_path:
     wait_for(lambda: asyncio.run(counted()) == expected, 180, "every event memorized")
 
     encoder = OnnxEncoder.from_settings(settings.encoder)
+    embeddings = asyncio.run(
+        asyncio.wait_for(encoded_vectors(settings, {t.event_id for t in turns}), 60)
+    )
     ran: Counter[str] = Counter()
     for user in users:
         mine = [t for t in turns if t.user_id == user]
-        want, rules = pure_state(mine, settings, encoder)
+        want, rules = pure_state(mine, settings, encoder, embeddings)
         ran.update(rules)
         got = asyncio.run(redis_state(settings, user))
         same_engine(got, want)

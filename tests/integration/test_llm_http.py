@@ -1,30 +1,38 @@
 """Protocol test of our OpenAI-compatible client against a tiny scripted HTTP server.
 
 The server (aiohttp, in-process, 127.0.0.1) speaks the ``/v1/chat/completions`` protocol
-and answers from a script: a valid memory, a 500, invalid JSON... It checks what our client
-sends and how it retries. No model runs here; a real llama.cpp model server is tested apart.
+and answers from a script: a valid memory, a 500, invalid JSON, an answer cut off at
+``max_tokens``... It checks what our client sends, how it retries an outage, how it repairs
+a bad answer once and then falls back to the extractive consolidator (and counts it). No
+model runs here; a real llama.cpp model server is tested apart.
 """
 
 from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from memory.consolidation import consolidate_extractive
+from memstream.metrics import LLM_FALLBACK_REASONS, Metrics
 from memstream.settings import LLMSettings
 from schemas import ConsolidatedMemory, MemoryContent, StoredTurn
 from stores.llm import (
     ExtractiveConsolidator,
+    FallbackReason,
     LLMError,
     OpenAICompatibleConsolidator,
     consolidator_from_settings,
+    memory_json_schema,
+    schema_output_tokens,
 )
 
 NOW = datetime(2026, 11, 5, 12, 0, tzinfo=UTC)
@@ -91,7 +99,10 @@ class ScriptedServer:
             "fenced": "```json\n" + json.dumps(ANSWER) + "\n```",
             "invalid-json": '{"title": "cut off',
             "wrong-shape": json.dumps({"title": "x", "facts": "not a list"}),
+            # What llama.cpp returns at its token cap: the JSON so far, finish_reason length.
+            "truncated": json.dumps(ANSWER)[:90],
         }[step]
+        finish = "length" if step == "truncated" else "stop"
         return web.json_response(
             {
                 "id": "chatcmpl-1",
@@ -101,7 +112,7 @@ class ScriptedServer:
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
+                        "finish_reason": finish,
                     }
                 ],
                 "usage": USAGE,
@@ -124,7 +135,12 @@ async def server() -> AsyncIterator[ScriptedServer]:
     await runner.cleanup()
 
 
-def client_for(base_url: str, max_retries: int = 2) -> OpenAICompatibleConsolidator:
+def client_for(
+    base_url: str,
+    max_retries: int = 2,
+    on_fallback: Callable[[FallbackReason], None] | None = None,
+    **llm: Any,
+) -> OpenAICompatibleConsolidator:
     settings = LLMSettings(
         backend="openai",
         base_url=base_url,
@@ -132,8 +148,9 @@ def client_for(base_url: str, max_retries: int = 2) -> OpenAICompatibleConsolida
         api_key=SecretStr("sk-test"),
         timeout_s=5.0,
         max_retries=max_retries,
+        **llm,
     )
-    return OpenAICompatibleConsolidator(settings, backoff_s=0.01)
+    return OpenAICompatibleConsolidator(settings, backoff_s=0.01, on_fallback=on_fallback)
 
 
 async def test_protocol_valid_answer(server: ScriptedServer) -> None:
@@ -203,7 +220,7 @@ async def test_protocol_retries_after_500(server: ScriptedServer) -> None:
     assert len(server.requests) == 2
 
 
-@pytest.mark.parametrize("step", ["invalid-json", "wrong-shape", "429"])
+@pytest.mark.parametrize("step", ["429", "503"])
 async def test_protocol_gives_up_after_the_last_retry(server: ScriptedServer, step: str) -> None:
     server.script = [step]
     llm = client_for(server.base_url, max_retries=2)
@@ -214,8 +231,103 @@ async def test_protocol_gives_up_after_the_last_retry(server: ScriptedServer, st
         await llm.close()
     assert len(server.requests) == 3
     assert (llm.usage.calls, llm.usage.errors) == (3, 3)
-    if not step.isdigit():  # the server still reported the tokens it spent
-        assert llm.usage.prompt_tokens == 3 * USAGE["prompt_tokens"]
+    assert llm.usage.fallbacks == 0  # an outage is not an answer: the worker retries the job
+
+
+def test_max_tokens_follow_the_schema_bounds() -> None:
+    small, large = memory_json_schema(2, 80), memory_json_schema(8, 160)
+    assert 0 < schema_output_tokens(small) < schema_output_tokens(large)
+    # The bound covers the largest answer the schema allows, written out in full.
+    longest = {
+        "title": "t" * 80,
+        "facts": [
+            {"text": "f" * 80, "attribute": "a" * 64, "source_event_ids": ["e" * 64] * 2,
+             "ts": "2026-11-04T09:00:00.000000+00:00"}
+        ] * 2,
+        "status": "s" * 80,
+        "timeline": [{"ts": "2026-11-04T09:00:00Z", "text": "x" * 80, "event_id": "e" * 64}] * 2,
+        "open_actions": [{"text": "o" * 80, "due": None, "event_id": "e" * 64}] * 2,
+        "keys": ["k" * 64] * 2,
+        "summary": "u" * 80,
+    }  # fmt: skip
+    assert len(json.dumps(longest)) / 3 < schema_output_tokens(small)
+
+
+async def test_max_tokens_is_sent_sized_to_the_schema(server: ScriptedServer) -> None:
+    sized = client_for(server.base_url, max_list_items=3, max_text_chars=100)
+    fixed = client_for(server.base_url, max_output_tokens=777)
+    try:
+        await sized.consolidate("entity:order:A10293", TURNS, None, NOW)
+        await fixed.consolidate("entity:order:A10293", TURNS, None, NOW)
+    finally:
+        await sized.close()
+        await fixed.close()
+    first, second = server.requests
+    assert first["max_tokens"] == schema_output_tokens(memory_json_schema(3, 100))
+    assert second["max_tokens"] == 777
+    assert first["temperature"] == 0
+    assert first["seed"] == 0
+
+
+@pytest.mark.parametrize("step", ["invalid-json", "wrong-shape", "truncated"])
+async def test_a_bad_answer_is_repaired_once(server: ScriptedServer, step: str) -> None:
+    server.script = [step, "ok"]
+    fallbacks: list[str] = []
+    llm = client_for(server.base_url, on_fallback=fallbacks.append, repair_temperature=0.7)
+    try:
+        content = await llm.consolidate("entity:order:A10293", TURNS, None, NOW)
+    finally:
+        await llm.close()
+    assert content.title == ANSWER["title"]  # the model's repaired answer, not the fallback
+    assert fallbacks == []
+    assert (llm.usage.calls, llm.usage.repairs, llm.usage.fallbacks) == (2, 1, 0)
+    first, repair = server.requests
+    # Not the same question at temperature 0 again: the error is added, the temperature is up.
+    assert repair["temperature"] == 0.7
+    # The same two messages (roles alternate, as strict chat templates want), the user one
+    # with the rejection and its reason added.
+    (system, user), (system_again, repaired) = first["messages"], repair["messages"]
+    assert system_again == system
+    assert repaired["role"] == "user"
+    assert repaired["content"].startswith(user["content"])
+    note = repaired["content"][len(user["content"]) :]
+    why = {"invalid-json": "not valid JSON", "wrong-shape": "schema", "truncated": "cut off"}
+    assert "rejected" in note
+    assert why[step] in note
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        (["truncated", "truncated"], "truncated"),
+        (["invalid-json", "truncated"], "truncated"),
+        (["truncated", "invalid-json"], "invalid_json"),
+        (["wrong-shape", "wrong-shape"], "schema"),
+    ],
+)
+async def test_a_second_bad_answer_falls_back_to_extractive(
+    server: ScriptedServer, script: list[str], reason: str
+) -> None:
+    server.script = [*script, "ok"]  # a third ask would succeed: there must be none
+    metrics = Metrics(CollectorRegistry())
+    metrics.declare_roles(["consolidate"])
+    llm = consolidator_from_settings(
+        LLMSettings(backend="openai", base_url=server.base_url, timeout_s=5.0),
+        on_fallback=lambda r: metrics.llm_fallbacks.labels(r).inc(),
+    )
+    try:
+        content = await llm.consolidate("entity:order:A10293", TURNS, None, NOW)
+    finally:
+        await llm.close()
+    assert content == consolidate_extractive("entity:order:A10293", TURNS, NOW)
+    assert len(server.requests) == 2
+    assert (llm.usage.repairs, llm.usage.fallbacks) == (1, 1)
+    assert llm.usage.prompt_tokens == 2 * USAGE["prompt_tokens"]  # spent, and counted
+    counted = {
+        r: metrics.registry.get_sample_value("memstream_llm_fallbacks_total", {"reason": r})
+        for r in LLM_FALLBACK_REASONS
+    }
+    assert counted == {r: float(r == reason) for r in LLM_FALLBACK_REASONS}
 
 
 async def test_protocol_client_error_is_not_retried(server: ScriptedServer) -> None:

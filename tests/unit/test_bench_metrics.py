@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from bench.baselines import BM25
+from bench.baselines import BASELINES, BM25, rrf
 from bench.locomo import (
     Question,
     Turn,
@@ -17,6 +17,7 @@ from bench.locomo import (
     dia_id_of,
     evidence_recall,
     fill_budget,
+    flatten,
     format_turn,
     hit_at_k,
     mean,
@@ -78,6 +79,30 @@ def test_score_ranking_cuts_at_top_k() -> None:
     assert "R@21" not in scores
     assert scores["Hit@5"] == 1.0
     assert scores["MRR"] == pytest.approx(1 / 3)
+
+
+def test_flatten_gives_every_source_its_own_slot() -> None:
+    # a memory of three sources takes three slots; a turn met again is not counted twice
+    ranking = [["D1:1"], ["D2:5", "D1:1", "D2:6"], ["D2:6"], ["D3:1"]]
+    flat = flatten(ranking)
+    assert flat == [frozenset({d}) for d in ("D1:1", "D2:5", "D2:6", "D3:1")]
+    assert recall_at_k(flat, ["D3:1"], 3) == 0.0  # the generous rule found it at position 4
+    assert recall_at_k(flat, ["D3:1"], 4) == 1.0
+    assert recall_at_k([set(p) for p in ranking], ["D2:6"], 2) == 1.0
+    assert recall_at_k(flat, ["D2:6"], 2) == 0.0
+
+
+def test_rrf_fuses_by_rank_not_by_score() -> None:
+    # sum of 1 / (k + rank): doc 2 is second in both rankings, docs 0 and 1 first in one
+    # and last in the other, however far apart their scores were
+    fused = rrf([[0, 2, 1], [1, 2, 0]], 3, k=1)
+    np.testing.assert_allclose(fused, [1 / 2 + 1 / 4, 1 / 4 + 1 / 2, 1 / 3 + 1 / 3])
+    np.testing.assert_allclose(rrf([[2, 0, 1]], 3, k=60), [1 / 62, 1 / 63, 1 / 61])
+    hybrids = [b.name for b in BASELINES if b.retriever == "hybrid"]
+    assert hybrids == [
+        "BM25 + MiniLM (RRF) over `speaker (date): text`",
+        "BM25 + MiniLM (RRF) over `speaker (date): text + caption`",
+    ]
 
 
 def test_evidence_recall() -> None:

@@ -86,7 +86,7 @@ def test_order_complaint_over_three_sessions() -> None:
     assert first.version == 1
     assert first.created_at == first.updated_at == now1
     assert "delayed" in first.status
-    assert first.title.startswith("Order A10293:")
+    assert first.title == "Order A10293 — delivery"  # the entity and the topic, no filler
     assert len(first.title) <= 80
 
     now2 = T0 + timedelta(hours=51)
@@ -96,7 +96,9 @@ def test_order_complaint_over_three_sessions() -> None:
     # newest state wins; the old one is kept in history, not lost
     assert "shipped" in memory.status
     assert [h.value for h in memory.history if h.attribute == "status"] == [first.status]
-    assert all(h.superseded_at == now2 for h in memory.history)
+    # superseded when the new state was stated (event time), not when memstream merged
+    assert all(h.superseded_at == ALL[4].ts for h in memory.history)
+    assert [h.stated_at for h in memory.history] == [ALL[2].ts]
     status_facts = [f for f in memory.facts if f.attribute == "status"]
     assert len(status_facts) == 1
     assert "shipped" in status_facts[0].text
@@ -301,7 +303,10 @@ def test_merge_loses_nothing_and_is_idempotent(
     fresh = consolidate_extractive(KEY, second, now2)
     new = merge(old, fresh, ids(second), now2)
     kept = {f.text for f in new.facts} | {h.value for h in new.history}
-    assert {f.text for f in old.facts} <= kept
+    # a plain fact may go only when the fresh content re-read all its turns (a newer reading)
+    reread = set(ids(second))
+    assert all(f.text in kept or set(f.source_event_ids) <= reread for f in old.facts)
+    assert all(f.text in kept for f in old.facts if f.attribute)
     assert not old.status or old.status == new.status or old.status in kept
     assert {a.text for a in old.open_actions} <= {a.text for a in new.open_actions} | kept
     assert set(old.source_event_ids) | set(ids(second)) == set(new.source_event_ids)
@@ -309,3 +314,107 @@ def test_merge_loses_nothing_and_is_idempotent(
         {(e.ts, e.event_id) for e in new.timeline}
     )
     assert merge(new, fresh, ids(second), now2 + timedelta(hours=1)) is new
+
+
+# --- memories that are right ------------------------------------------------------------
+
+
+def test_the_latest_statement_wins_whatever_order_the_batches_come_in() -> None:
+    late = consolidate_extractive(KEY, SESSION_3, T0)
+    early = consolidate_extractive(KEY, SESSION_1, T0)
+    memory = merge(merge(None, late, ids(SESSION_3), T0), early, ids(SESSION_1), T0)
+    assert "shipped" in memory.status
+    [old] = [h for h in memory.history if h.attribute == "status"]
+    assert "delayed" in old.value
+    assert old.stated_at == SESSION_1[1].ts
+    assert old.superseded_at == SESSION_3[0].ts
+
+
+def test_a_superseded_value_in_one_batch_is_kept_as_history_with_its_time() -> None:
+    turns = [
+        turn(1, "s1", "user", "Please ship it to my address, Gartenweg 3, Leipzig.", 0),
+        turn(2, "s2", "user", "I have moved: my new address is Lindenstrasse 12, Berlin.", 48),
+    ]
+    memory = merge(None, consolidate_extractive("topic:c1", turns, T0), ids(turns), T0)
+    assert [f.text for f in memory.facts if f.attribute == "address"] == [turns[1].text]
+    [old] = memory.history
+    assert (old.attribute, old.value) == ("address", turns[0].text)
+    assert (old.stated_at, old.superseded_at) == (turns[0].ts, turns[1].ts)
+
+
+def test_small_talk_and_boilerplate_never_become_facts() -> None:
+    turns = [
+        turn(1, "s1", "user", "hi", 0),
+        turn(
+            2,
+            "s1",
+            "assistant",
+            "Hi, this is Maria from Brightside Home support. How can I help?",
+            0.01,
+        ),
+        turn(3, "s1", "user", "Thanks maria. My order A10293 is delayed.", 0.02),
+        turn(
+            4,
+            "s1",
+            "assistant",
+            "Is there anything else I can help with? Stay safe and chat soon!",
+            0.03,
+        ),
+    ]
+    content = consolidate_extractive(KEY, turns, T0)
+    assert [f.text for f in content.facts] == ["My order A10293 is delayed."]
+    assert content.status == "My order A10293 is delayed."
+    assert content.open_actions == []
+    assert "maria" not in content.keys
+    assert "help" not in content.keys
+
+
+def test_a_later_turn_closes_a_stored_action_at_the_time_it_was_resolved() -> None:
+    promise = [
+        turn(
+            1,
+            "s1",
+            "assistant",
+            "Order A10293 is delayed. I'll email you the tracking number tomorrow.",
+            0,
+        )
+    ]
+    memory = merge(None, consolidate_extractive(KEY, promise, T0), ids(promise), T0)
+    assert [a.text for a in memory.open_actions] == ["I'll email you the tracking number tomorrow."]
+    got = [turn(2, "s2", "user", "I got the tracking email for order A10293, thanks.", 30)]
+    later = merge(memory, consolidate_extractive(KEY, got, got[0].ts), ids(got), got[0].ts)
+    assert later.open_actions == []
+    [closed] = [h for h in later.history if h.attribute == "open_action"]
+    assert closed.superseded_at == got[0].ts
+    assert closed.stated_at == promise[0].ts
+
+
+def test_a_delivery_makes_the_older_delivery_promises_moot() -> None:
+    first = merge(
+        None, consolidate_extractive(KEY, SESSION_1 + SESSION_2, T0), ids(SESSION_1 + SESSION_2), T0
+    )
+    assert len(first.open_actions) == 2
+    arrived = [
+        turn(7, "s4", "user", "Order A10293: it finally came, the courier left it at my door.", 80)
+    ]
+    memory = merge(
+        first, consolidate_extractive(KEY, arrived, arrived[0].ts), ids(arrived), arrived[0].ts
+    )
+    assert memory.status.startswith("delivered — ")
+    assert memory.open_actions == []  # a follow-up and a delivery callback: both moot now
+    assert {h.superseded_at for h in memory.history if h.attribute == "open_action"} == {
+        arrived[0].ts
+    }
+
+
+def test_a_plain_fact_the_fresh_reading_dropped_does_not_outlive_it() -> None:
+    stale = MemoryContent(
+        title="x", facts=[Fact(text="It still has not moved.", source_event_ids=["e1"], ts=T0)]
+    )
+    memory = merge(None, stale, ["e1"], T0)
+    fresh = MemoryContent(
+        title="x", facts=[Fact(text="It moved.", source_event_ids=["e1", "e2"], ts=T0)]
+    )
+    assert [f.text for f in merge(memory, fresh, ["e1", "e2"], T0).facts] == ["It moved."]
+    # a fact from turns this merge did not re-read stays
+    assert len(merge(memory, fresh, ["e2"], T0).facts) == 2

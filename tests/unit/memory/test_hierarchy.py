@@ -9,7 +9,12 @@ import pytest
 
 from memory.cluster_maintenance import Joining, open_cluster
 from memory.cluster_state import Cluster, Member
-from memory.hierarchy import HierarchyHit, hierarchical_search, rank_clusters
+from memory.hierarchy import (
+    HierarchyHit,
+    expand_in_clusters,
+    hierarchical_search,
+    rank_clusters,
+)
 from memory.vectors import FloatArray, normalize
 
 DIM = 6
@@ -64,3 +69,15 @@ def test_members_without_a_vector_are_skipped() -> None:
 def test_mismatched_ids_and_vectors_are_rejected() -> None:
     with pytest.raises(ValueError, match="ids against"):
         hierarchical_search(E[0], [cluster("a", {"a1": E[0]})], ["a1", "a2"], E[0][None, :])
+
+
+def test_expansion_lifts_the_best_hits_cluster_mates_never_lowers() -> None:
+    relevance = [0.9, 0.2, 0.1, 0.3, 0.05]
+    clusters = ["a", "a", "a", "b", None]
+    out = expand_in_clusters(relevance, clusters, seeds=1, per_seed=1, share=0.5)
+    # The seed (row 0) lifts its best mate (row 1) to half its relevance; row 2 is not lifted.
+    assert out.tolist() == pytest.approx([0.9, 0.45, 0.1, 0.3, 0.05])
+    assert relevance == [0.9, 0.2, 0.1, 0.3, 0.05]  # a new array
+    assert (expand_in_clusters(relevance, clusters, seeds=5, per_seed=5) >= relevance).all()
+    with pytest.raises(ValueError, match="clusters"):
+        expand_in_clusters(relevance, clusters[:2])

@@ -1,4 +1,5 @@
-"""Ranking (relevance x strength, covered turns dropped) and the budgeted, layered context."""
+"""Ranking (relevance x bounded strength) and the budgeted, layered context in which a
+memory earns its place."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from memory.ranking import (
     asks_for_latest,
     assemble_context,
     fused_relevance,
-    memory_text,
+    lift_neighbours,
     named_speakers,
     rank,
     recency_factor,
+    recency_factors,
     strength_factor,
+    strip_names,
     turn_text,
 )
-from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
+from schemas import StoredTurn
 
 T0 = datetime(2026, 11, 3, 14, 5, tzinfo=UTC)
 
@@ -93,6 +96,14 @@ def test_recency_only_when_the_query_asks_for_the_latest() -> None:
     assert 0.5 <= recency_factor(T0 - timedelta(days=3000), T0, 30) < 0.51
 
 
+def test_recency_factors_is_recency_factor_for_many() -> None:
+    ages = [0.0, 1.5, 30.0, 400.0, -2.0]  # days; a turn after "now" counts as new
+    times = [T0 - timedelta(days=a) for a in ages]
+    many = recency_factors([t.timestamp() for t in times], T0.timestamp(), 30)
+    one = [recency_factor(t, T0, 30) for t in times]
+    np.testing.assert_allclose(many, one, rtol=1e-12)
+
+
 def test_named_speakers_are_whole_words() -> None:
     assert named_speakers("What did Caroline research?", ["Caroline", "Melanie"]) == {"Caroline"}
     assert named_speakers("what did carolines dog do", ["Caroline"]) == set()
@@ -114,32 +125,14 @@ def test_exploration_gives_a_mid_strength_recent_memory_a_place() -> None:
     )
 
 
-def test_turns_covered_by_a_chosen_memory_are_dropped() -> None:
+def test_turns_a_memory_was_built_from_keep_their_places() -> None:
     candidates = [
         turn("e1", 0.95),
         memory("m1", 0.9, sources=("e1", "e2")),
         turn("e2", 0.8),
         turn("e3", 0.7),
-        turn("e4", 0.6),
     ]
-    assert [c.id for c, _ in rank(candidates, 3)] == ["m1", "e3", "e4"]
-
-
-def test_a_memory_pulled_in_by_dropping_turns_covers_its_turns_too() -> None:
-    candidates = [
-        memory("m1", 0.9, sources=("e1",)),
-        turn("e1", 0.8),
-        memory("m2", 0.7, sources=("e9",)),
-        turn("e9", 0.6),
-        turn("e5", 0.5),
-    ]
-    # dropping e1 lifts e9 into the top 3, but m2 (in the top 3 too) covers it: e5 gets the slot
-    assert [c.id for c, _ in rank(candidates, 3)] == ["m1", "m2", "e5"]
-
-
-def test_turns_outside_the_top_memories_stay() -> None:
-    candidates = [memory("m1", 0.9), memory("m2", 0.1, sources=("e1",)), turn("e1", 0.5)]
-    assert [c.id for c, _ in rank(candidates, 2)] == ["m1", "e1"]
+    assert [c.id for c, _ in rank(candidates, 3)] == ["e1", "m1", "e2"]
 
 
 def test_rank_is_deterministic_on_ties() -> None:
@@ -150,48 +143,66 @@ def test_rank_is_deterministic_on_ties() -> None:
     assert rank(candidates, 0) == []
 
 
-def test_memory_text_is_layered_one_line_each() -> None:
-    m = ConsolidatedMemory(
-        title="Order A10293: delayed delivery",
-        status="Order A10293 has shipped.",
-        facts=[Fact(text="Customer waited\na week."), Fact(text="Prefers email.")],
-        open_actions=[
-            OpenAction(text="Call back about the refund.", due=T0 + timedelta(days=1)),
-            OpenAction(text="Send the invoice."),
-        ],
-        memory_id="m1",
-        tenant_id="t",
-        user_id="u",
-        key="entity:order:A10293",
-        created_at=T0,
-        updated_at=T0,
-    )
-    assert memory_text(m).splitlines() == [
-        "Order A10293: delayed delivery (updated 2026-11-03 14:05)",
-        "Status: Order A10293 has shipped.",
-        "- Customer waited a week.",
-        "- Prefers email.",
-        "- Open: Call back about the refund. (due 2026-11-04 14:05)",
-        "- Open: Send the invoice.",
-    ]
-
-
-def test_turn_text_uses_speaker_else_role() -> None:
+def test_turn_text_uses_speaker_else_role_and_the_day() -> None:
     t = StoredTurn(event_id="e1", session_id="s2", role="user", text="Where is\nit?", ts=T0)
-    assert turn_text(t) == "[2026-11-03 14:05] user (session s2): Where is it?"
+    assert turn_text(t) == "[3 Nov 2026] user: Where is it?"
     named = t.model_copy(update={"speaker": "customer"})
-    assert turn_text(named) == "[2026-11-03 14:05] customer (session s2): Where is it?"
+    assert turn_text(named) == "[3 Nov 2026] customer: Where is it?"
 
 
-def test_context_is_layered_memories_then_turns_in_time_order() -> None:
+def test_strip_names_leaves_what_the_turns_vectors_can_match() -> None:
+    names = {"Caroline", "Melanie"}
+    assert strip_names("When did Caroline's mom visit Melanie?", names) == "When did mom visit ?"
+    assert strip_names("caroline", names) == "caroline"  # nothing would be left
+    assert strip_names("Carolineville trip", names) == "Carolineville trip"  # whole words
+
+
+def test_lift_neighbours_never_lowers_and_reaches_the_share() -> None:
+    relevance = np.array([0.9, 0.1, 0.5, 0.95])
+    out = lift_neighbours(relevance, [[1], [0, 2], [1, 3], [2]], seeds=1, share=0.5)
+    np.testing.assert_allclose(out, [0.9, 0.1, 0.5, 0.95])  # seed 3's neighbour is above half
+    out = lift_neighbours(relevance, [[1], [0, 2], [1, 3], [2]], seeds=2, share=0.9)
+    np.testing.assert_allclose(out, [0.9, 0.81, 0.855, 0.95])
+    assert relevance[1] == 0.1  # a new array
+
+
+def test_context_is_layered_memories_then_turns_newest_first() -> None:
     ranked = rank(
         [turn("late", 0.9, 30), memory("m2", 0.5), turn("early", 0.8, 10), memory("m1", 0.7)], 10
     )
     context, used = assemble_context(ranked, 1000, words)
-    assert [c.id for c, _ in used] == ["m1", "m2", "early", "late"]
+    assert [c.id for c, _ in used] == ["m1", "m2", "late", "early"]
     assert context == (
-        f"{MEMORIES_HEADER}\nmemory m1\n\nmemory m2\n\n{TURNS_HEADER}\nturn early\nturn late"
+        f"{MEMORIES_HEADER}\nmemory m1\n\nmemory m2\n\n{TURNS_HEADER}\nturn late\nturn early"
     )
+
+
+def long_memory(
+    id_: str, relevance: float, strength: float = 1.0, shows: tuple[str, ...] = ("x",)
+) -> Candidate:
+    text = f"memory {id_} " + "fact " * 6  # 8 words: more than two 3-word turns
+    return Candidate("memory", id_, text, relevance, strength, T0, shows, shows=shows)
+
+
+def test_a_memory_enters_only_when_as_relevant_as_the_turns_it_displaces() -> None:
+    turns = [turn("e1", 0.6, text="a b c"), turn("e2", 0.5, text="d e f")]
+    # The memory's strength puts it first by score, but e1 is more relevant: e1 stays.
+    strong = long_memory("m1", 0.55, strength=5.0)
+    assert strong.score > turns[0].score
+    _, used = assemble_context(rank([strong, *turns], 10), 10, words)
+    assert [c.id for c, _ in used] == ["e1", "e2"]
+    # As relevant as everything it pushes out: the memory gets the room.
+    better = long_memory("m1", 0.7)
+    _, used = assemble_context(rank([better, *turns], 10), 10, words)
+    assert [c.id for c, _ in used] == ["m1"]
+
+
+def test_a_memory_that_only_repeats_turns_in_the_context_stays_out() -> None:
+    turns = [turn("e1", 0.9), turn("e2", 0.8)]
+    repeats = long_memory("m1", 0.7, shows=("e1", "e2"))
+    adds = long_memory("m2", 0.6, shows=("e1", "e9"))
+    _, used = assemble_context(rank([*turns, repeats, adds], 10), 1000, words)
+    assert [c.id for c, _ in used] == ["m2", "e1", "e2"]  # same time: by id
 
 
 def test_context_skips_what_does_not_fit_and_tries_smaller_items() -> None:

@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys, tokenize
+from memory.text import (
+    extract_entities,
+    is_remember_request,
+    is_salient,
+    lookup_keys,
+    phrase_keys,
+    tokenize,
+)
 
 # --- salience ------------------------------------------------------------------------------
 
@@ -81,6 +88,12 @@ def test_a_short_turn_naming_an_entity_is_salient(text: str) -> None:
         "Great to hear, thanks for letting us know!",
         "你好！请问有什么可以帮您？",
         "还有其他问题吗？",
+        "Thanks maria",
+        "Stay safe and chat soon!",
+        "Is there anything else I can help with?",
+        "Sorry again for the wait, and have a good evening!",
+        "no, that's all for today",
+        "Happy to help, talk soon!",
     ],
 )
 def test_an_agents_conversational_frame_is_not_salient(text: str) -> None:
@@ -220,6 +233,23 @@ def test_an_order_number_is_not_also_a_phone_number() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("#4926978 has shipped", ["order:4926978"]),  # was phone:4926978
+        ("Any news on #4926978?", ["order:4926978"]),
+        ("ticket #4926978 is closed", []),  # a reference, but not an order (and no phone)
+        ("your parcel 4926978 has shipped", []),  # a bare 7-digit run with no phone cue
+        ("call me on 4926978", ["phone:4926978"]),
+        ("my number is 4926978", ["phone:4926978"]),
+        ("13812345678", ["phone:13812345678"]),  # long enough to be a phone on its own
+        ("+44 7700 900123", ["phone:+447700900123"]),
+    ],
+)
+def test_a_number_is_a_phone_only_when_it_reads_as_one(text: str, expected: list[str]) -> None:
+    assert extract_entities(text) == expected
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "order" + " " * 7990 + "!",  # was cubic with repeated optional separator runs
@@ -292,3 +322,16 @@ def test_a_phrase_common_to_many_users_counts_for_nothing() -> None:
 )
 def test_chinese_product_phone_order_and_date_keys(text: str, expected: list[str]) -> None:
     assert extract_entities(text) == expected
+
+
+def test_a_reference_code_is_looked_up_under_every_kind_a_turn_may_file_it_as() -> None:
+    asked = extract_entities("What is the status of order A-99812?")
+    filed = extract_entities("the courier left them with a neighbour, ref A-99812")
+    assert asked != filed  # "order" and "ref" give the same code different kinds...
+    assert set(filed) <= set(lookup_keys(asked))  # ...and the lookup still meets it
+    assert lookup_keys(["email:a@b.co", "order:X-1"]) == [
+        "email:a@b.co",
+        "order:X-1",
+        "product:X-1",
+        "tracking:X-1",
+    ]

@@ -1,0 +1,155 @@
+"""Faults on the real clusters: a Kafka broker, a worker, a Redis primary, each killed mid-stream.
+
+The services are the ones ``make cluster-up`` runs (deploy/kafka, deploy/redis-cluster): 3
+Apache Kafka nodes (topics in 3 copies, min.insync.replicas=2, acks=all) and a Redis Cluster
+of 3 primaries with a replica each. memstream's processes are the suite's (``stream`` =
+encode + memorize, ``memory`` = consolidator + RPC); each row has its own topic and key
+prefix, and every fault fires when a share of the stream's turns is stored:
+
+- one Kafka node SIGKILLed (its partitions' leadership moves to the other two), started
+  again later; producers and consumers ride it out without a restart;
+- one of two ``stream`` workers SIGKILLed, not restarted: after the session timeout the
+  group gives its partitions to the other, which re-reads from the last commits;
+- the Redis primary holding the first slot SIGKILLed: its replica is promoted after the
+  cluster's node timeout, the writers retry meanwhile (a moved slot is an outage to
+  ``streams/handling``), and the old primary comes back as a replica.
+
+Audited from the stores like every row (reliability/audit.py): each turn stored once, each
+trigger consolidated, exactly the memories those triggers make.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from reliability.cluster import ROLES, Deployment
+from reliability.core import Context, Row
+from reliability.pipeline import Fault, run_pipeline, stream_file
+from stores.real_clusters import (
+    ClusterService,
+    cluster_environment,
+    kafka_cluster,
+    redis_cluster,
+    redis_primary,
+)
+from stores.redis_client import async_redis
+
+NAME = "cluster_faults"
+ROLES.setdefault("stream-2", ("process",))  # a second worker of the same consumer group
+
+
+@dataclass
+class ClusterDeployment(Deployment):
+    """A ``Deployment`` whose broker and Redis are the running clusters (not owned here)."""
+
+    kafka: ClusterService = field(default_factory=kafka_cluster)
+    redis_service: ClusterService = field(default_factory=redis_cluster)
+
+    def start_services(self) -> ClusterDeployment:
+        # The clusters outlive the row; what it needs of them is only their URLs.
+        self.broker = self.kafka.start()  # type: ignore[assignment]
+        self.redis = self.redis_service.start()  # type: ignore[assignment]
+        self.extra_env = {**cluster_environment(), **self.extra_env}
+        return self
+
+    def redis_client(self) -> Redis:
+        assert self.redis is not None
+        return async_redis(self.redis.url)
+
+    def stop(self) -> None:
+        for process in reversed(list(self.processes.values())):
+            process.stop()
+
+
+def _kill_broker(node: int) -> tuple[Fault, Fault]:
+    began: dict[str, float] = {}
+
+    async def kill(deployment: Any) -> str:
+        await asyncio.to_thread(deployment.kafka.run, "kill", str(node))
+        began["at"] = time.monotonic()
+        return f"SIGKILL Kafka node {node}"
+
+    async def back(deployment: Any) -> str:
+        await asyncio.to_thread(deployment.kafka.run, "start", str(node))
+        return f"Kafka node {node} started again after {time.monotonic() - began['at']:.0f} s"
+
+    return (0.3, kill), (0.6, back)
+
+
+def _kill_worker() -> tuple[Fault, Fault]:
+    async def second(deployment: Any) -> str:
+        await asyncio.to_thread(deployment.start, "stream-2")
+        return "a second worker joined the group"
+
+    async def kill(deployment: Any) -> str:
+        deployment["stream-2"].kill()
+        return "SIGKILL the second worker (not restarted)"
+
+    return (0.0, second), (0.4, kill)
+
+
+def _kill_redis_primary() -> tuple[Fault, Fault]:
+    victim: dict[str, int] = {}
+
+    async def kill(deployment: Any) -> str:
+        victim["port"] = port = await asyncio.to_thread(redis_primary, deployment.redis.url)
+        await asyncio.to_thread(deployment.redis_service.run, "kill", str(port))
+        return f"SIGKILL the Redis primary on port {port}"
+
+    async def back(deployment: Any) -> str:
+        await asyncio.to_thread(deployment.redis_service.run, "start", str(victim["port"]))
+        return f"port {victim['port']} started again (it rejoins as a replica)"
+
+    return (0.4, kill), (0.8, back)
+
+
+ROWS = {
+    "Kafka cluster: SIGKILL one of 3 brokers, restart it": _kill_broker(2),
+    "Kafka cluster: SIGKILL one of 2 workers (group rebalances)": _kill_worker(),
+    "Redis Cluster: SIGKILL a primary (replica promoted)": _kill_redis_primary(),
+}
+
+
+async def run_row(ctx: Context, label: str, faults: list[Fault], n: int) -> Row:
+    root = ctx.root / NAME / f"row{list(ROWS).index(label)}"
+    path, events = stream_file(root, n)
+    # The audit reads every turn from the users' timelines: the hot tier must not expire
+    # any in event time during the row (the generated stream spans months).
+    deployment = ClusterDeployment(
+        root, partitions=4, extra_env={"MEMSTREAM_REDIS__SHORT_TERM_TTL_DAYS": "36500"}
+    )
+    try:
+        outcome = await run_pipeline(
+            deployment, path, events, faults, settle_timeout_s=300 if ctx.quick else 900
+        )
+    finally:
+        deployment.stop()
+        # Leave the clusters whole for what runs next, whatever happened here.
+        await asyncio.to_thread(deployment.kafka.run, "up")
+        await asyncio.to_thread(deployment.redis_service.run, "up")
+    note = (
+        f"{'; '.join(outcome.log)}. After settling ({outcome.seconds:.0f} s): "
+        f"{outcome.verdict.detail}." + ("" if outcome.settled else " NOT SETTLED.")
+    )
+    return Row(
+        label,
+        n,
+        lost=outcome.verdict.lost,
+        duplicated=outcome.verdict.duplicated,
+        errors=0 if outcome.settled else 1,
+        note=note,
+    )
+
+
+async def run(ctx: Context, only: list[str] | None = None) -> list[Row]:
+    n = 400 if ctx.quick else 3000
+    return [
+        await run_row(ctx, label, list(faults), n)
+        for label, faults in ROWS.items()
+        if only is None or label in only
+    ]

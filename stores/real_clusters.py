@@ -1,0 +1,95 @@
+"""The real clusters: Apache Kafka (3 KRaft nodes) and a Redis Cluster (3 primaries, 3
+replicas), run by the operator scripts in ``deploy/``, for the tests of
+``MEMSTREAM_TEST_STACK=cluster`` and the cluster fault rows (reliability/cluster_faults.py).
+
+A user of these takes the clusters that are up (``make cluster-test`` starts them once) or
+starts them and stops them at its end. Tests share them the way they share the embedded
+broker: each test has its own topic and key prefix.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KAFKA = ROOT / "deploy" / "kafka" / "cluster.sh"
+REDIS = ROOT / "deploy" / "redis-cluster" / "cluster.sh"
+STACK_ENV = "MEMSTREAM_TEST_STACK"
+
+
+def cluster_environment() -> dict[str, str]:
+    """What memstream is set to on the clusters (README, operator section), besides the
+    URLs: every topic in 3 copies (the brokers have min.insync.replicas=2) and a session
+    timeout within a stock broker's bounds (group.min.session.timeout.ms = 6 s)."""
+    return {"MEMSTREAM_KAFKA__REPLICATION_FACTOR": "3", "MEMSTREAM_KAFKA__SESSION_TIMEOUT_S": "6"}
+
+
+def on_clusters() -> bool:
+    stack = os.environ.get(STACK_ENV, "embedded")
+    if stack not in ("embedded", "cluster"):
+        raise ValueError(f"{STACK_ENV}={stack!r}: use 'embedded' or 'cluster'")
+    return stack == "cluster"
+
+
+def _script(script: Path, *args: str, timeout_s: float = 300) -> str:
+    done = subprocess.run(
+        [str(script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{script.name} {' '.join(args)}: {done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
+@dataclass
+class ClusterService:
+    """One of the two clusters; ``url`` is what memstream's settings take."""
+
+    script: Path
+    url: str = ""
+    started_here: bool = False
+
+    def start(self) -> ClusterService:
+        status = _script(self.script, "status")
+        if "stopped" in status or "down" in status:
+            _script(self.script, "up")
+            self.started_here = True
+        self.url = _script(self.script, "url")
+        return self
+
+    def stop(self) -> None:
+        if self.started_here:
+            _script(self.script, "down")
+
+    def run(self, *args: str, timeout_s: float = 300) -> str:
+        """A script verb (``kill N``, ``start N``, ``down``, ``up``): for fault tests."""
+        return _script(self.script, *args, timeout_s=timeout_s)
+
+
+def kafka_cluster() -> ClusterService:
+    return ClusterService(KAFKA)
+
+
+def redis_cluster() -> ClusterService:
+    return ClusterService(REDIS)
+
+
+def redis_primary(url: str) -> int:
+    """The port of one primary of the Redis Cluster at ``url`` (the first by port)."""
+    from stores.redis_client import sync_redis
+
+    with sync_redis(url) as client:
+        nodes = client.cluster_nodes()
+    primaries = sorted(
+        int(address.split(":")[1].split("@")[0])
+        for address, node in nodes.items()
+        if "master" in node["flags"] and node["connected"]
+    )
+    return primaries[0]

@@ -1,0 +1,181 @@
+"""Series an SRE's queries rely on exist before the first event; internal topics show no lag.
+
+- every labelled series with known label values is exported at zero from the start
+  (``rate()`` and the dead-letter alert see the first event as a rise, not a new series);
+- the known stage names are the code's own stage constants;
+- batch-size percentiles of single-event batches read 1, not 0.5;
+- faust's ``-__assignor-__leader`` topic (and Kafka's ``__…``) stay out of the lag gauge;
+- ``memstream top`` heads each frame with roles, uptime and time, and shows HTTP rates.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from faust.types import TP
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from memstream.metrics import (
+    BATCH_BUCKETS,
+    DLQ_REASONS,
+    DLQ_STAGES,
+    ROLE_STAGES,
+    STAGE_OUTCOMES,
+    Metrics,
+)
+from memstream.sampling import LagSampler, is_internal_topic
+from memstream.settings import Settings
+from memstream.top import Scrape, heading, http_rates, quantile, render
+from rpc.server import ApiDeps, create_api
+from streams import control, encode, memorize
+from workers import archive, consolidate, reminders, strength
+
+
+def samples(metrics: Metrics) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    text = generate_latest(metrics.registry).decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return found
+
+
+def test_dead_letter_and_event_series_are_zero_before_any_event() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.declare_roles(["process", "consolidate"])
+    found = samples(metrics)
+    dlq = found["memstream_dlq_total"]
+    for stage in DLQ_STAGES:
+        for reason in DLQ_REASONS:
+            assert dlq[(("reason", reason), ("stage", stage))] == 0.0
+    events = found["memstream_events_total"]
+    assert events[(("outcome", "ok"), ("stage", "encode"))] == 0.0
+    assert events[(("outcome", "duplicate"), ("stage", "memorize"))] == 0.0
+    assert found["memstream_triggers_total"][(("reason", "entity"),)] == 0.0
+    assert found["memstream_consolidations_total"][(("outcome", "created"),)] == 0.0
+    assert found["memstream_cluster_events_total"][(("event", "split"),)] == 0.0
+    assert found["memstream_role"] == {(("role", "consolidate"),): 1.0, (("role", "process"),): 1.0}
+    assert found["memstream_start_time_seconds"][()] > 0
+
+
+def test_a_process_declares_only_its_roles_series() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.declare_roles(["consolidate"])
+    stages = {dict(k)["stage"] for k in samples(metrics)["memstream_events_total"]}
+    assert stages == set(ROLE_STAGES["consolidate"])
+
+
+def test_the_api_declares_its_routes_and_phases_at_zero() -> None:
+    metrics = Metrics(CollectorRegistry())
+    create_api(
+        ApiDeps(
+            settings=Settings(),
+            retriever=cast(Any, None),
+            publisher=cast(Any, None),
+            metrics=metrics,
+        )
+    )
+    found = samples(metrics)
+    http = found["memstream_http_requests_total"]
+    assert http[(("route", "/v1/retrieve"), ("status", "200"))] == 0.0
+    assert http[(("route", "/v1/retrieve"), ("status", "500"))] == 0.0
+    assert http[(("route", "/v1/events"), ("status", "202"))] == 0.0
+    assert found["memstream_retrieval_latency_seconds_count"][(("phase", "total"),)] == 0.0
+    assert found["memstream_role"] == {(("role", "serve"),): 1.0}
+
+
+def test_known_stages_are_the_code_stage_constants() -> None:
+    constants = {
+        encode.STAGE,
+        memorize.STAGE,
+        control.STAGE,
+        consolidate.STAGE,
+        archive.STAGE,
+        strength.FEEDBACK_STAGE,
+        strength.DECAY_STAGE,
+        reminders.STAGE,
+    }
+    declared = {stage for stages in ROLE_STAGES.values() for stage in stages}
+    assert declared == constants == set(STAGE_OUTCOMES)
+    assert set(DLQ_STAGES) <= constants
+
+
+def bucket_counts(values: list[int]) -> dict[float, float]:
+    """Cumulative counts per upper bound, as ``memstream_batch_size_bucket`` exports them."""
+    bounds = [*BATCH_BUCKETS, float("inf")]
+    return {b: float(sum(1 for v in values if v <= b)) for b in bounds}
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_batch_size_percentiles_of_constant_batches_read_the_size(size: int) -> None:
+    buckets = bucket_counts([size] * 40)
+    assert quantile(0.5, buckets) == pytest.approx(size)  # PromQL's interpolation (top.py)
+    assert abs(quantile(0.99, buckets) - size) < 0.5
+
+
+def test_internal_topics_are_recognised() -> None:
+    assert is_internal_topic("memstream-__assignor-__leader")
+    assert is_internal_topic("__consumer_offsets")
+    assert not is_internal_topic("memstream.events")
+    assert not is_internal_topic("t1a2b3c4.encoded")
+
+
+async def test_lag_sampler_leaves_internal_topics_out() -> None:
+    events, leader = TP("memstream.events", 0), TP("memstream-__assignor-__leader", 0)
+
+    class FakeConsumer:
+        _committed_offset = {events: 3, leader: 0}  # noqa: RUF012 - read like faust's
+
+        def assignment(self) -> set[TP]:
+            return {events, leader}
+
+        async def highwaters(self, *tps: TP) -> dict[TP, int]:
+            return {tp: 10 for tp in tps}
+
+        async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+            return {tp: 0 for tp in tps}
+
+    app = SimpleNamespace(consumer=FakeConsumer(), conf=SimpleNamespace(id="memstream"))
+    metrics = Metrics(CollectorRegistry())
+    await LagSampler(cast(Any, app), metrics).sample()
+    lag = samples(metrics)["memstream_consumer_lag"]
+    assert {dict(k)["topic"] for k in lag} == {"memstream.events"}
+    assert next(iter(lag.values())) == 7.0
+
+
+def test_top_heads_frames_with_roles_uptime_and_time_and_shows_http_rates() -> None:
+    before = Scrape(
+        at=100.0,
+        wall=1_780_000_000.0,
+        values={
+            "memstream_http_requests_total": {
+                (("route", "/v1/retrieve"), ("status", "200")): 10.0,
+                (("route", "/v1/retrieve"), ("status", "500")): 0.0,
+            }
+        },
+    )
+    now = Scrape(
+        at=102.0,
+        wall=1_780_000_002.0,
+        values={
+            "memstream_role": {(("role", "serve"),): 1.0, (("role", "process"),): 1.0},
+            "memstream_start_time_seconds": {(): 1_780_000_002.0 - 3725.0},
+            "memstream_http_requests_total": {
+                (("route", "/v1/retrieve"), ("status", "200")): 18.0,
+                (("route", "/v1/retrieve"), ("status", "422")): 2.0,
+                (("route", "/v1/retrieve"), ("status", "500")): 1.0,
+            },
+        },
+    )
+    title = heading(now, "http://127.0.0.1:8080/metrics")
+    assert "roles: process, serve" in title
+    assert "up 1h02m05s" in title
+    assert "2026-05-28 20:26:42 UTC" in title
+    total, client, server = http_rates(now, before)["/v1/retrieve"]
+    assert total == pytest.approx(5.5)  # (8 + 2 + 1) requests over 2 s
+    assert client == pytest.approx(1.0)
+    assert server == pytest.approx(0.5)
+    assert len(render(now, before, "u").renderables) == 4  # stages, HTTP, retrieval, state

@@ -1,0 +1,69 @@
+"""What an operator reads: the data-folder lock, the banner, one-line errors and plurals."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from memstream.cli import banner
+from memstream.replay import forgotten_hint
+from memstream.runtime import Backlog
+from memstream.settings import DEMO_API_KEY, Settings, hash_api_key
+from rpc.client import MemstreamError, detail_text
+from stores.embedded import DataDirBusy, DataDirLock
+
+
+def test_a_held_data_folder_names_its_owner_and_frees_on_release(tmp_path: Path) -> None:
+    held = DataDirLock(tmp_path).acquire("http://127.0.0.1:8080")
+    with pytest.raises(DataDirBusy) as busy:
+        DataDirLock(tmp_path).acquire("http://127.0.0.1:8081")
+    assert busy.value.pid == os.getpid()
+    assert busy.value.url == "http://127.0.0.1:8080"
+    assert "MEMSTREAM_DATA_DIR=" in str(busy.value)
+    assert "\n" not in str(busy.value)
+    held.release()
+    DataDirLock(tmp_path).acquire().release()
+
+
+def test_the_banner_offers_the_demo_key_only_when_it_works() -> None:
+    assert f"Bearer {DEMO_API_KEY}" in banner(Settings())
+    keyed = Settings(rpc={"api_keys": {hash_api_key("k"): "acme"}})
+    assert DEMO_API_KEY not in banner(keyed)
+    assert "Bearer $MEMSTREAM_API_KEY" in banner(keyed)
+
+
+def test_server_details_become_one_short_line() -> None:
+    errors = [{"loc": ["body", "user_id"], "msg": "String should match pattern"}] * 5
+    assert detail_text(errors) == "; ".join(["user_id: String should match pattern"] * 3) + (
+        " (+2 more)"
+    )
+    assert (
+        detail_text("<html>\n<body>gateway\n</body></html>")
+        == "<html> <body>gateway </body></html>"
+    )
+    assert len(detail_text("x" * 1000)) == 200
+    assert str(MemstreamError(403, "no")) == "memstream answered 403: no"
+
+
+def test_forgotten_hints_count_right() -> None:
+    assert forgotten_hint(["demo:a"], restored=True) == (
+        "restored forgotten 1 user before the replay: demo:a"
+    )
+    hint = forgotten_hint(["demo:a", "demo:b"], restored=False)
+    assert hint.startswith("demo:a, demo:b were forgotten: the replay skips their earlier")
+    assert "--restore-forgotten" in hint
+
+
+def test_backlog_is_pending_until_the_replay_settles() -> None:
+    handled = [10.0]
+    backlog = Backlog()
+    assert backlog.pending() == 0
+    backlog.begin(0, lambda: handled[0])
+    backlog.expected += 5
+    assert backlog.pending() == 5
+    handled[0] = 15.0
+    assert backlog.pending() == 1  # all handled, triggers may still be consolidating
+    backlog.end()
+    assert backlog.pending() == 0

@@ -1,0 +1,142 @@
+"""The RPC's candidate scoring (``Retriever._candidates``) on a hand-made user: event time
+for recency, session neighbours, and memories ranked by the turns they bring in."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from memory.lexical import LexicalIndex
+from memory.ranking import Candidate, RankingParams
+from memstream.metrics import Metrics
+from rpc.retrieval import QueryEncoder, Retriever
+from rpc.turn_index import UserTurns, index_turn
+from schemas import ConsolidatedMemory, Fact, RetrieveRequest, StoredTurn
+from stores.encoder import OnnxEncoder
+from stores.longterm import LongTermStore, ScoredMemory
+from stores.redis_state import RedisState, TurnWithVector
+
+DIM = 4
+T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # an old conversation: years before the clock
+
+
+class _Encoder:
+    dim = DIM
+    counts_by_line = True
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def retriever(params: RankingParams | None = None) -> Retriever:
+    return Retriever(
+        queries=QueryEncoder(cast(OnnxEncoder, _Encoder())),
+        state=cast(RedisState, None),
+        longterm=cast(LongTermStore, None),
+        metrics=Metrics(CollectorRegistry()),
+        short_term_candidates=0,
+        params=params or RankingParams(neighbour_seeds=0),
+    )
+
+
+def unit(*values: float) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[: len(values)] = values
+    return v / np.linalg.norm(v)
+
+
+def user(rows: list[tuple[str, str, str, float, np.ndarray]]) -> UserTurns:
+    """(event id, session, text, days after T0, vector) per turn, in time order."""
+    lexical = LexicalIndex()
+    built = []
+    for event_id, session, text, days, vector in rows:
+        t = StoredTurn(
+            event_id=event_id,
+            session_id=session,
+            role="user",
+            text=text,
+            ts=T0 + timedelta(days=days),
+            speaker="Ana",
+        )
+        index_turn(lexical, t)
+        built.append(TurnWithVector(t, vector))
+    return UserTurns.build(b"v", built, lexical, DIM)
+
+
+def candidates(
+    r: Retriever,
+    turns: UserTurns,
+    query: str,
+    memories: tuple[ConsolidatedMemory, ...] = (),
+    **kw: Any,
+) -> dict[str, Candidate]:
+    request = RetrieveRequest(user_id="u", query=query, top_k=10, **kw)
+    scored = [ScoredMemory(m, 0.5) for m in memories]  # found by vector, not by key
+    found = r._candidates(request, unit(1.0), [], turns, scored, [], None)
+    return {c.id: c for c in found}
+
+
+def test_recency_counts_from_the_users_newest_event_not_the_clock() -> None:
+    turns = user(
+        [
+            ("old", "1", "parcel status pending", 0, unit(1.0)),
+            ("new", "2", "parcel status delivered", 60, unit(1.0)),
+        ]
+    )
+    found = candidates(retriever(), turns, "what is the latest parcel status?")
+    assert found["new"].boost == 1.0  # the newest event is "now", though 2023 is long gone
+    assert 0.5 < found["old"].boost < 1.0
+    # A "now" the request passes moves it: both turns are then older.
+    later = candidates(retriever(), turns, "latest parcel status?", now=T0 + timedelta(days=120))
+    assert later["new"].boost < 1.0
+    assert later["old"].boost < later["new"].boost
+
+
+def test_a_memory_is_timed_by_its_sources_and_ranked_by_the_turns_it_brings() -> None:
+    turns = user(
+        [
+            ("a", "1", "parcel delivered at the door", 0, unit(1.0)),
+            ("b", "1", "lovely weather today", 1, unit(0.0, 1.0)),
+        ]
+    )
+    m = ConsolidatedMemory(
+        memory_id="m1",
+        tenant_id="t",
+        user_id="u",
+        key="topic:parcel",
+        title="Parcel delivery",
+        facts=[Fact(text="parcel delivered at the door", source_event_ids=["a"])],
+        created_at=datetime(2026, 12, 1, tzinfo=UTC),  # a replay's wall clock
+        updated_at=datetime(2026, 12, 1, tzinfo=UTC),
+        source_event_ids=["b", "a"],
+        strength=50.0,
+    )
+    found = candidates(retriever(), turns, "parcel delivered", (m,))
+    memory = found["m1"]
+    assert memory.ts == turns.docs[1].ts  # its newest source's event time
+    assert memory.source_event_ids == ("a", "b")  # best first for this query
+    assert memory.shows == ("a",)
+    # No more relevant than the weakest turn it brings into the ranking.
+    assert memory.relevance <= found["b"].relevance
+
+
+def test_session_neighbours_of_the_best_hits_are_lifted() -> None:
+    rows = [
+        ("q", "1", "where did you go hiking", 0, unit(1.0)),
+        ("a", "1", "the mountains near home", 0.01, unit(0.0, 1.0)),
+        ("x", "2", "nothing related here", 1, unit(0.0, 0.0, 1.0)),
+        ("y", "2", "still nothing here", 1.01, unit(0.0, 0.0, 0.0, 1.0)),
+    ]
+    turns = user(rows)
+    plain = candidates(retriever(), turns, "where did you go hiking")
+    lifted = candidates(
+        retriever(RankingParams(neighbour_seeds=1, neighbour_share=0.95)),
+        turns,
+        "where did you go hiking",
+    )
+    assert lifted["a"].relevance > plain["a"].relevance
+    assert lifted["a"].relevance >= 0.95 * lifted["q"].relevance - 1e-9
+    assert lifted["x"].relevance == plain["x"].relevance  # another session: untouched

@@ -1,0 +1,65 @@
+"""The RPC turn index's append path builds exactly what a full build of the same rows does."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from memory.lexical import LexicalIndex
+from rpc.turn_index import UserTurns, index_turn
+from schemas import StoredTurn
+from stores.redis_state import TurnWithVector
+
+T0 = datetime(2023, 5, 1, tzinfo=UTC)
+
+
+def rows(n: int) -> list[TurnWithVector]:
+    rng = np.random.default_rng(4)
+    out = []
+    for i in range(n):
+        v = rng.standard_normal(8).astype(np.float32)
+        turn = StoredTurn(
+            event_id=f"e{i:02d}",
+            session_id=f"s{i // 4}",
+            role="user",
+            text=f"order A-{i % 3} note {i}",
+            ts=T0 + timedelta(minutes=i // 2),  # ties on time: event id breaks them
+            speaker=("Ana", "Ben", None)[i % 3],
+            entities=[f"order:a-{i % 3}"],
+        )
+        out.append(TurnWithVector(turn, v / np.linalg.norm(v)))
+    return out
+
+
+def lexical(of: list[TurnWithVector]) -> LexicalIndex:
+    index = LexicalIndex()
+    for r in of:
+        index_turn(index, r.turn)
+    return index
+
+
+def test_extended_equals_a_full_build() -> None:
+    everything = rows(12)
+    shared = lexical(everything)
+    full = UserTurns.build(b"v2", everything, shared, 8, expected=12, archive_seen=3)
+    grown = UserTurns.build(b"v1", everything[:5], shared, 8, expected=5, archive_seen=3)
+    grown = grown.extended(b"v2", everything[5:9], expected=9, archive_seen=3)
+    grown = grown.extended(b"v2", everything[9:], expected=12, archive_seen=3)
+    for name in ("version", "ids", "docs", "positions", "speakers", "texts", "speaker_names"):
+        assert getattr(grown, name) == getattr(full, name), name
+    assert grown.by_entity == full.by_entity
+    np.testing.assert_array_equal(grown.ts, full.ts)
+    np.testing.assert_array_equal(grown.vectors, full.vectors)
+    np.testing.assert_array_equal(grown.speaker_of, full.speaker_of)
+    assert (grown.expected, grown.archive_seen, grown.nbytes) == (12, 3, full.nbytes)
+    assert grown.complete
+    assert grown.last_key() == (full.ts[-1], "e11")
+
+
+def test_extended_with_nothing_new_only_moves_the_version() -> None:
+    some = rows(3)
+    held = UserTurns.build(b"v1", some, lexical(some), 8, expected=4)
+    same = held.extended(b"v2", [], expected=4, archive_seen=7)
+    assert (same.version, same.ids, same.archive_seen) == (b"v2", held.ids, 7)
+    assert not same.complete  # Redis counted a turn that is not here yet

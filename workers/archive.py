@@ -1,0 +1,135 @@
+"""The archive worker: every turn a user said, written through to the long-term store.
+
+It reads ``memstream.encoded`` in batches (its own agent; apart from the processors it is
+its own consumer group) and upserts each turn into the store's archive
+(``LongTermStore.upsert_turns``; point id uuid5 of tenant, user and event id, so a
+redelivered or replayed batch rewrites the same points). No LLM, no clustering: the
+turn's text, speaker, time, session, entities and the embedding rounded as the hot tier
+rounds it. Short-term memory in Redis can then expire in event time without losing
+anything: the RPC's turn index ranks a user's archived turns with the hot ones.
+
+A forgotten user stays forgotten: turns stamped at or before the user's forget tombstone
+are skipped, and checked again after the write, because a forget may land between the
+check and the write (its delete would then have run before the turn arrived).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import faust
+import numpy as np
+
+from memory.text import extract_entities, is_remember_request
+from memory.vectors import normalize
+from memstream.metrics import Metrics
+from schemas import EncodedEvent, StoredTurn
+from stores.longterm import ArchivedTurn, LongTermStore
+from stores.redis_state import RedisState
+from streams.app import Topics
+from streams.handling import DeadLetters, with_retries
+
+STAGE = "archive"
+
+
+def archived_turn(encoded: EncodedEvent) -> ArchivedTurn:
+    """The turn as memorize stores it in Redis, less the cluster it was put in."""
+    event = encoded.event
+    turn = StoredTurn(
+        event_id=event.event_id,
+        session_id=event.session_id,
+        role=event.role,
+        text=event.text,
+        ts=event.ts,
+        speaker=event.metadata.speaker,
+        entities=list(extract_entities(event.text)),
+        importance=event.metadata.importance,
+        pinned=event.metadata.pin or is_remember_request(event.text),
+    )
+    vector = normalize(np.asarray(encoded.embedding, dtype=np.float32))
+    return ArchivedTurn(event.tenant_id, event.user_id, turn, vector)
+
+
+@dataclass
+class ArchiveWorker:
+    state: RedisState  # read only: forget tombstones
+    longterm: LongTermStore
+
+    async def archive(self, batch: Sequence[EncodedEvent]) -> int:
+        """Archive a batch of turns; returns how many were written (forgotten ones not)."""
+        turns = [archived_turn(e) for e in batch]
+        tombstones = await self._tombstones(turns)
+        kept = [t for t in turns if not _forgotten(t, tombstones)]
+        if not kept:
+            return 0
+        await self.longterm.upsert_turns(kept)
+        # A forget that landed meanwhile deleted the archive before these arrived.
+        after = await self._tombstones(kept)
+        late = [t for t in kept if _forgotten(t, after)]
+        for tenant, user in {(t.tenant_id, t.user_id) for t in late}:
+            ids = [t.turn.event_id for t in late if (t.tenant_id, t.user_id) == (tenant, user)]
+            await self.longterm.delete_turns(tenant, user, ids)
+        return len(kept) - len(late)
+
+    async def _tombstones(self, turns: Sequence[ArchivedTurn]) -> dict[tuple[str, str], float]:
+        found: dict[tuple[str, str], float] = {}
+        for owner in dict.fromkeys((t.tenant_id, t.user_id) for t in turns):
+            at = await self.state.forgotten_at(*owner)
+            if at is not None:
+                found[owner] = at
+        return found
+
+
+def _forgotten(turn: ArchivedTurn, tombstones: dict[tuple[str, str], float]) -> bool:
+    at = tombstones.get((turn.tenant_id, turn.user_id))
+    return at is not None and turn.turn.ts.timestamp() <= at
+
+
+def register_archive(
+    app: faust.App,
+    topics: Topics,
+    worker: ArchiveWorker,
+    metrics: Metrics,
+    *,
+    batch_size: int,
+    within_s: float,
+) -> None:
+    # Bad records are the memorize stage's to dead-letter; here they are only skipped, so
+    # one bad message never lands in the DLQ twice.
+    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.encoded)
+
+    @app.agent(topics.encoded, name="memstream.archive")
+    async def archive(stream: faust.StreamT[bytes]) -> None:
+        # faust types StreamT without take_events (Stream has it).
+        async for batch in stream.take_events(batch_size, within=within_s):  # type: ignore[attr-defined]
+            started = time.perf_counter()
+            decoded: list[tuple[EncodedEvent, bytes | None, bytes]] = []
+            for message in batch:
+                try:
+                    encoded = EncodedEvent.model_validate_json(message.value)
+                except ValueError:
+                    metrics.events.labels(STAGE, "skipped").inc()
+                    continue
+                decoded.append((encoded, message.key, message.value))
+            if not decoded:
+                continue
+            turns = [e for e, _, _ in decoded]
+            failed = 0
+            try:
+                await with_retries(partial(worker.archive, turns), stage=STAGE, metrics=metrics)
+            except Exception:
+                # One bad turn must not keep its batch-mates out: retry them one by one.
+                for encoded, key, value in decoded:
+                    try:
+                        await with_retries(
+                            partial(worker.archive, [encoded]), stage=STAGE, metrics=metrics
+                        )
+                    except Exception as exc:
+                        failed += 1
+                        await dead_letters.poison(exc, key, value)
+            metrics.events.labels(STAGE, "ok").inc(len(decoded) - failed)
+            metrics.batch_size.labels(STAGE).observe(len(batch))
+            metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
