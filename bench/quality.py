@@ -202,7 +202,8 @@ def _table(summary: Summary, group: str, systems: list[str]) -> list[str]:
 
 def _clag_table(clag: Summary) -> list[str]:
     metrics = ("R@10", "ER@512", "ER@1024")
-    groups = ("1-4", *CATEGORIES)
+    present = set.intersection(*(set(summary) for summary in clag.values()))
+    groups = tuple(g for g in ("1-4", *CATEGORIES) if g in present)  # quick: some are absent
     head = " | ".join(f"{m} {g}" for m in metrics for g in groups)
     lines = [f"| mode | {head} |", "|---" * (len(metrics) * len(groups) + 1) + "|"]
     for mode, summary in clag.items():

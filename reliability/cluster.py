@@ -209,8 +209,8 @@ class Deployment:
         # stop() may return before a slow shutdown ends; a start then would see it running.
         wait_until(lambda: not _listening(port), 60, f"Valkey to leave port {port}")
         time.sleep(outage_s)
-        # Safe on the same folder: a stopped server object never stops the new daemon
-        # (stores/embedded.py, _owned_valkey_server).
+        # Safe on the same folder: Valkey runs as this object's own foreground child (no
+        # pid file, no daemon), and stop() waited for it to exit.
         self.redis.start()
         wait_until(lambda: _listening(port), 60, f"Valkey back on port {port}")
 
