@@ -100,7 +100,7 @@ def _settle(app: Memstream, events: int, timeout_s: float) -> None:
 
     def idle() -> bool:
         m = app.metrics()
-        seen.append((m.handled(), m.get("memstream_triggers_total"), m.unsettled_triggers()))
+        seen.append((m.handled(), m.get("memstream_triggers_total"), m.unsettled_work()))
         last = seen[-4:]
         return len(last) == 4 and last[-1][0] >= events and last[-1][2] <= 0 and len(set(last)) == 1
 

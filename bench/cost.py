@@ -212,7 +212,7 @@ def _settle(app: Memstream, expected_handled: float, timeout_s: float = 600) -> 
 
     def idle() -> bool:
         m = app.metrics()
-        seen.append((m.handled(), m.get("memstream_triggers_total"), m.unsettled_triggers()))
+        seen.append((m.handled(), m.get("memstream_triggers_total"), m.unsettled_work()))
         last = seen[-4:]
         return (
             len(last) == 4

@@ -176,7 +176,7 @@ async def replay_stream(
     target = before.handled() + count
     t_mem, _ = await _poll(mem, lambda s: s.handled() >= target, timeout_s)
     t_end, after = await _poll(
-        mem, lambda s: s.handled() >= target and s.unsettled_triggers() <= 0, timeout_s
+        mem, lambda s: s.handled() >= target and s.unsettled_work() <= 0, timeout_s
     )
 
     stages, batch_mean = stage_deltas(before, after)

@@ -89,7 +89,7 @@ async def _settle(app: Memstream, turns: dict[str, list[Turn]]) -> float:
 
     def idle() -> bool:
         m = app.metrics()
-        seen.append((m.get("memstream_triggers_total"), m.unsettled_triggers()))
+        seen.append((m.get("memstream_triggers_total"), m.unsettled_work()))
         return len(seen) >= 4 and seen[-1][1] <= 0 and len(set(seen[-4:])) == 1
 
     await asyncio.to_thread(wait_until, idle, 180, "consolidation to go idle", 0.3)

@@ -155,7 +155,7 @@ async def _settle(mem: Memstream, expected: float, timeout_s: float = 900) -> Sa
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         s = await asyncio.to_thread(mem.metrics)
-        if s.handled() >= expected and s.unsettled_triggers() <= 0:
+        if s.handled() >= expected and s.unsettled_work() <= 0:
             return s
         await asyncio.sleep(0.25)
     raise TimeoutError("the pipeline did not settle in time")

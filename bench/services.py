@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import psutil
 
-from memstream.replay import handled_events, unsettled_triggers
+from memstream.replay import handled_events, unsettled_work
 from memstream.settings import DEMO_API_KEY
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
@@ -102,8 +102,8 @@ class Samples:
     def handled(self) -> float:
         return handled_events(self.get)
 
-    def unsettled_triggers(self) -> float:
-        return unsettled_triggers(self.get)
+    def unsettled_work(self) -> float:
+        return unsettled_work(self.get)
 
 
 @dataclass

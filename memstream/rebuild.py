@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memstream.replay import handled_events, registry_counts, unsettled_triggers
+from memstream.replay import handled_events, registry_counts, unsettled_work
 from memstream.settings import (
     ClusterSettings,
     EncoderSettings,
@@ -295,7 +295,7 @@ async def _follow_progress(
             encoded = count("memstream_events_total", stage="encode")  # ok and dead letters
             handled = handled_events(count)
             triggers = count("memstream_triggers_total")
-            unsettled = unsettled_triggers(count)
+            unsettled = unsettled_work(count)
             bar.update(read, completed=sum(at.values()))
             bar.update(memorized, completed=handled, total=max(encoded, handled))
             bar.update(consolidated, completed=triggers - max(unsettled, 0), total=triggers)

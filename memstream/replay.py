@@ -113,9 +113,17 @@ def handled_events(count: CountFn) -> float:
     )
 
 
-def unsettled_triggers(count: CountFn) -> float:
-    """Triggers emitted and not yet consolidated (or dead-lettered) by the consolidator."""
-    return count("memstream_triggers_total") - count("memstream_events_total", stage="consolidate")
+def unsettled_work(count: CountFn) -> float:
+    """The consolidate role's backlog: triggers emitted and not yet consolidated (or
+    dead-lettered), plus encoded turns the archive has not written yet (a state read
+    before the archive caught up would miss turns that already left the hot tier)."""
+    triggers = count("memstream_triggers_total") - count(
+        "memstream_events_total", stage="consolidate"
+    )
+    unarchived = count("memstream_events_total", stage="encode", outcome="ok") - count(
+        "memstream_events_total", stage="archive"
+    )
+    return triggers + max(unarchived, 0.0)
 
 
 async def wait_until_settled(
@@ -130,7 +138,7 @@ async def wait_until_settled(
     last_change = time.monotonic()
     last: tuple[float, ...] = ()
     while time.monotonic() < deadline:
-        now_state = (handled_events(count), unsettled_triggers(count))
+        now_state = (handled_events(count), unsettled_work(count))
         if now_state != last:
             last, last_change = now_state, time.monotonic()
         handled, unsettled = now_state

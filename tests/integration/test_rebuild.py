@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.demo import DEMO_QUESTIONS, SAMPLE_STREAM
 from memstream.rebuild import generations
-from memstream.replay import CountFn, handled_events, replay_file, unsettled_triggers
+from memstream.replay import CountFn, handled_events, replay_file, unsettled_work
 from memstream.settings import QdrantSettings, Settings
 from stores.longterm import open_longterm
 from stores.redis_client import sync_redis
@@ -67,7 +67,7 @@ def replay_and_settle(process: MemstreamProcess, events: int) -> None:
     deadline, last = time.monotonic() + 120, (-1.0, -1.0)
     while time.monotonic() < deadline:  # settled: every event handled, quiet for a second
         count = scraped_counts(f"{process.url}/metrics")
-        now = (handled_events(count), unsettled_triggers(count))
+        now = (handled_events(count), unsettled_work(count))
         if now == last and now[0] >= events and now[1] <= 0:
             return
         last = now

@@ -11,7 +11,7 @@ import pytest
 
 from bench.services import Samples
 from memstream.demo import SAMPLE_STREAM
-from memstream.replay import replay_file, unsettled_triggers
+from memstream.replay import replay_file, unsettled_work
 from memstream.settings import Settings
 from schemas import InteractionEvent
 from stores.longterm import open_longterm
@@ -113,4 +113,4 @@ def _idle(process: MemstreamProcess) -> bool:
     """True when every emitted trigger has been consolidated (read from /metrics)."""
     with process.client() as http:
         scraped = Samples(http.get("/metrics").text)
-    return unsettled_triggers(scraped.get) <= 0
+    return unsettled_work(scraped.get) <= 0
