@@ -39,7 +39,9 @@ def by_user(events: Iterable[dict[str, Any]]) -> dict[User, set[str]]:
 
 @dataclass
 class Snapshot:
-    turns: dict[User, list[str]] = field(default_factory=dict)  # timeline members per user
+    # Timeline members per user; after ``with_archive``, the archived turns too.
+    turns: dict[User, list[str]] = field(default_factory=dict)
+    written: int = 0  # distinct turns memorize wrote (hot or gone on to the archive)
     triggers: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> t, u, key
     trigger_messages: int = 0
     triggers_done: set[str] = field(default_factory=set)
@@ -69,6 +71,38 @@ async def read_turns(deployment: Deployment, users: Iterable[User]) -> dict[User
         await redis.aclose()
 
 
+async def count_written(deployment: Deployment, users: Iterable[User]) -> int:
+    """Distinct turns memorize wrote for ``users``: the hot tier keeps only the recent ones
+    (event-time TTL, per-user cap), so the timeline alone undercounts a long stream."""
+    redis = deployment.redis_client()
+    try:
+        pipe = redis.pipeline(transaction=False)
+        for t, u in users:
+            pipe.hget(f"{deployment.prefix}:{user_tag(t, u)}:meta", "tall")
+        return sum(int(v or 0) for v in await pipe.execute())
+    finally:
+        await redis.aclose()
+
+
+async def with_archive(snap: Snapshot, data_dir: Path, users: Iterable[User]) -> Snapshot:
+    """``snap`` with every user's archived turns added to its timeline members, read from
+    the Edge shard under ``data_dir`` (its owner stopped)."""
+    store = open_longterm(QdrantSettings(), data_dir)
+    try:
+        for user in users:
+            seen = dict.fromkeys(snap.turns.get(user, []))
+            offset: str | None = None
+            while True:
+                page, offset = await store.list_turns(*user, 256, offset)
+                seen.update(dict.fromkeys(a.turn.event_id for a in page))
+                if offset is None:
+                    break
+            snap.turns[user] = list(seen)
+    finally:
+        await store.close()
+    return snap
+
+
 async def read_triggers(deployment: Deployment, snap: Snapshot) -> None:
     assert deployment.broker is not None
     records = await read_topic(deployment.broker.url, deployment.topic("triggers"))
@@ -96,7 +130,10 @@ async def read_triggers(deployment: Deployment, snap: Snapshot) -> None:
 
 
 async def snapshot(deployment: Deployment, users: Iterable[User]) -> Snapshot:
-    snap = Snapshot(turns=await read_turns(deployment, users))
+    users = list(users)
+    snap = Snapshot(
+        turns=await read_turns(deployment, users), written=await count_written(deployment, users)
+    )
     await read_triggers(deployment, snap)
     return snap
 
@@ -116,7 +153,7 @@ async def wait_settled(
         except (RedisError, OSError):  # a store is being restarted: ask again
             await asyncio.sleep(2.0)
             continue
-        state = (len(snap.turn_ids), len(snap.triggers), len(snap.triggers_done))
+        state = (max(snap.written, len(snap.turn_ids)), len(snap.triggers), len(snap.triggers_done))
         if state == last and state[0] >= want and state[1] == state[2]:
             return snap
         last = state

@@ -19,9 +19,18 @@ from redis.exceptions import RedisError
 
 from bench.generate import generate_events, write_jsonl
 from memstream.replay import replay_file
-from reliability.audit import Snapshot, User, Verdict, by_user, judge, read_memories, wait_settled
+from reliability.audit import (
+    Snapshot,
+    User,
+    Verdict,
+    by_user,
+    count_written,
+    judge,
+    read_memories,
+    wait_settled,
+    with_archive,
+)
 from reliability.cluster import Deployment
-from stores.redis_state import user_tag
 
 # (share of turns stored, what to do then); the callable returns a line for the report.
 Fault = tuple[float, Callable[[Deployment], Awaitable[str]]]
@@ -33,16 +42,10 @@ def stream_file(root: Path, n: int, seed: int = 11) -> tuple[Path, list[dict[str
 
 
 async def stored_turns(deployment: Deployment, users: list[User]) -> int:
-    redis = deployment.redis_client()
     try:
-        pipe = redis.pipeline(transaction=False)
-        for t, u in users:
-            pipe.zcard(f"{deployment.prefix}:{user_tag(t, u)}:timeline")
-        return int(sum(await pipe.execute()))
+        return await count_written(deployment, users)
     except (RedisError, OSError):  # Valkey is being restarted by a fault: ask again later
         return -1
-    finally:
-        await redis.aclose()
 
 
 @dataclass
@@ -90,7 +93,8 @@ async def run_pipeline(
         log.append(f"at {stored}/{len(events)} turns stored: {line}")
     remaining = max(30.0, settle_timeout_s - (time.monotonic() - started))
     snap = await wait_settled(deployment, expected, remaining)
-    settled = len(snap.turn_ids) >= len(events) and len(snap.triggers) == len(snap.triggers_done)
     deployment["memory"].stop()
+    snap = await with_archive(snap, deployment.root / "memory", users)
+    settled = len(snap.turn_ids) >= len(events) and len(snap.triggers) == len(snap.triggers_done)
     snap.memories = await read_memories(deployment.root / "memory", users)
     return Outcome(snap, judge(snap, expected), settled, time.monotonic() - started, log)
