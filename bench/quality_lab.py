@@ -34,7 +34,7 @@ from bench.locomo import Question, Scores
 from memory.cluster_state import Cluster
 from memory.lexical import LexicalIndex
 from memory.ranking import RankingParams
-from memory.text import extract_entities
+from memory.turns import stored_turn
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_TENANT, Settings
 from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode
@@ -90,16 +90,7 @@ async def collect(
         vectors = encoder.encode([e.text for e in events]).astype(np.float16).astype(np.float32)
         stored = [
             TurnWithVector(
-                StoredTurn(
-                    event_id=e.event_id,
-                    session_id=e.session_id,
-                    role=e.role,
-                    text=e.text,
-                    ts=e.ts,
-                    speaker=e.metadata.speaker,
-                    entities=list(extract_entities(e.text)),
-                    importance=e.metadata.importance,
-                ),
+                stored_turn(e),
                 v,
             )
             for e, v in zip(events, vectors, strict=True)

@@ -31,9 +31,10 @@ from memory.clustering import (
 )
 from memory.recurrence import RecurrenceParams, TriggerSpec, TurnSignal, detect
 from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys
+from memory.turns import stored_turn
 from memory.vectors import normalize
 from memstream.metrics import Metrics
-from schemas import EncodedEvent, RecurrenceTrigger, StoredTurn
+from schemas import EncodedEvent, RecurrenceTrigger
 from stores.redis_state import RedisState, UserUpdate
 from streams.app import Topics
 from streams.handling import DeadLetters, with_retries
@@ -135,18 +136,8 @@ class Memorizer:
             )
             for spec in detection.triggers
         ]
-        turn = StoredTurn(
-            event_id=event.event_id,
-            session_id=event.session_id,
-            role=event.role,
-            text=event.text,
-            ts=event.ts,
-            speaker=event.metadata.speaker,
-            cluster_id=clustering.cluster_id,  # at store time; members move on merge/split
-            entities=list(entities),
-            importance=event.metadata.importance,
-            pinned=pinned,
-        )
+        # The cluster at store time; members move on merge/split.
+        turn = stored_turn(event, cluster_id=clustering.cluster_id, entities=entities)
         update = UserUpdate(
             event_id=event.event_id,
             turn=turn,

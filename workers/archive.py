@@ -23,10 +23,10 @@ from functools import partial
 import faust
 import numpy as np
 
-from memory.text import extract_entities, is_remember_request
+from memory.turns import stored_turn
 from memory.vectors import normalize
 from memstream.metrics import Metrics
-from schemas import EncodedEvent, StoredTurn
+from schemas import EncodedEvent
 from stores.longterm import ArchivedTurn, LongTermStore
 from stores.redis_state import RedisState
 from streams.app import Topics
@@ -38,17 +38,7 @@ STAGE = "archive"
 def archived_turn(encoded: EncodedEvent) -> ArchivedTurn:
     """The turn as memorize stores it in Redis, less the cluster it was put in."""
     event = encoded.event
-    turn = StoredTurn(
-        event_id=event.event_id,
-        session_id=event.session_id,
-        role=event.role,
-        text=event.text,
-        ts=event.ts,
-        speaker=event.metadata.speaker,
-        entities=list(extract_entities(event.text)),
-        importance=event.metadata.importance,
-        pinned=event.metadata.pin or is_remember_request(event.text),
-    )
+    turn = stored_turn(event)
     vector = normalize(np.asarray(encoded.embedding, dtype=np.float32))
     return ArchivedTurn(event.tenant_id, event.user_id, turn, vector)
 

@@ -1,0 +1,33 @@
+"""A turn as memstream keeps it: the same record in the hot tier (Redis) and the archive."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory.text import extract_entities, is_remember_request
+from schemas import InteractionEvent, StoredTurn
+
+
+def stored_turn(
+    event: InteractionEvent,
+    *,
+    cluster_id: str | None = None,
+    entities: Sequence[str] | None = None,
+) -> StoredTurn:
+    """``event`` as a stored turn; ``entities`` when the caller has extracted them already.
+
+    Pinned: the event asks for it, or says "remember this". The archive stores no cluster
+    (a turn's cluster moves on merges and splits; Redis keeps the current one).
+    """
+    return StoredTurn(
+        event_id=event.event_id,
+        session_id=event.session_id,
+        role=event.role,
+        text=event.text,
+        ts=event.ts,
+        speaker=event.metadata.speaker,
+        cluster_id=cluster_id,
+        entities=list(extract_entities(event.text) if entities is None else entities),
+        importance=event.metadata.importance,
+        pinned=event.metadata.pin or is_remember_request(event.text),
+    )
