@@ -102,6 +102,24 @@ def _config(dim: int) -> EdgeConfig:
     )
 
 
+def _owner_page(
+    shard: EdgeShard | None, tenant_id: str, user_id: str, limit: int, offset: str | None
+) -> tuple[list[Any], str | None]:
+    """One page of a user's points (payloads, no vectors) and the next page's offset."""
+    if shard is None:
+        return [], None
+    records, next_id = shard.scroll(
+        ScrollRequest(
+            offset=offset,
+            limit=limit,
+            filter=Filter(must=_owner_filter(tenant_id, user_id)),
+            with_payload=True,
+            with_vector=False,
+        )
+    )
+    return list(records), None if next_id is None else str(next_id)
+
+
 def _owner_filter(tenant_id: str | None, user_id: str | None) -> list[ConditionType]:
     conditions: list[ConditionType] = []
     if tenant_id is not None:
@@ -395,19 +413,8 @@ class QdrantEdgeStore(LongTermStore):
         self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "list_user")
-        shard = self._open_existing()
-        if shard is None:
-            return [], None
-        records, next_id = shard.scroll(
-            ScrollRequest(
-                offset=offset,
-                limit=limit,
-                filter=Filter(must=_owner_filter(tenant_id, user_id)),
-                with_payload=True,
-                with_vector=False,
-            )
-        )
-        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+        records, next_offset = _owner_page(self._open_existing(), tenant_id, user_id, limit, offset)
+        return [from_payload(r.payload) for r in records], next_offset
 
     async def scan(
         self, limit: int, offset: str | None = None
@@ -447,19 +454,8 @@ class QdrantEdgeStore(LongTermStore):
     ) -> tuple[list[ArchivedTurn], str | None]:
         check_page(limit, offset, "list_turns")
         shard = self._archive.open_existing()
-        if shard is None:
-            return [], None
-        records, next_id = shard.scroll(
-            ScrollRequest(
-                offset=offset,
-                limit=limit,
-                filter=Filter(must=_owner_filter(tenant_id, user_id)),
-                with_payload=True,
-                with_vector=False,
-            )
-        )
-        found = [turn_from_payload(r.payload) for r in records]
-        return found, None if next_id is None else str(next_id)
+        records, next_offset = _owner_page(shard, tenant_id, user_id, limit, offset)
+        return [turn_from_payload(r.payload) for r in records], next_offset
 
     async def get_turns(
         self, tenant_id: str, user_id: str, event_ids: Sequence[str]
