@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from bench import synthetic
 from memory.cluster_describe import terms_of
@@ -40,7 +39,7 @@ from memory.vectors import normalize
 from memstream.replay import replay_file
 from memstream.settings import Settings
 from memstream.wiring import cluster_params
-from rpc.publisher import bootstrap_servers
+from reliability.cluster import read_topic
 from schemas import EncodedEvent, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
@@ -86,24 +85,11 @@ async def encoded_vectors(settings: Settings, want: set[str]) -> dict[str, np.nd
     for another batch shape (the encode stage batches by arrival) may round a vector's last
     bits differently, and a centroid is a running sum of them.
     """
-    consumer = AIOKafkaConsumer(
-        settings.topic("encoded"),
-        bootstrap_servers=bootstrap_servers(settings.kafka.broker),
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-    )
-    await consumer.start()
     found: dict[str, np.ndarray] = {}
-    try:
-        while not want <= found.keys():
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                for record in records:
-                    encoded = EncodedEvent.model_validate_json(record.value)
-                    found[encoded.event.event_id] = np.asarray(encoded.embedding, np.float32)
-    finally:
-        await consumer.stop()
+    for _key, value in await read_topic(settings.kafka.broker, settings.topic("encoded")):
+        encoded = EncodedEvent.model_validate_json(value)
+        found[encoded.event.event_id] = np.asarray(encoded.embedding, np.float32)
+    assert want <= found.keys(), "every memorized event is on memstream.encoded"
     return found
 
 
