@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+MEM0_VENV  := bench/out/mem0-venv
+MEM0_STAMP := $(MEM0_VENV)/.installed
 
-.PHONY: run demo test test-unit coverage lint typecheck check schemas bench bench-quick reliability clean \
-	cluster-up cluster-down cluster-test
+.PHONY: run demo test test-unit coverage lint typecheck check schemas bench bench-quick mem0-venv reliability clean \
+	cluster-up cluster-down cluster-test delivery
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +28,8 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/memstream demo
 
-## test: lint, types, unit and integration tests (starts its own broker and Valkey)
-test: $(STAMP) lint typecheck
+## test: lint (with types), unit and integration tests (starts its own broker and Valkey)
+test: $(STAMP) lint
 	$(BIN)/pytest -q
 
 ## coverage: the same tests with the product's branch coverage ([tool.coverage] in
@@ -38,8 +40,9 @@ coverage: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-## lint: ruff, and the layer contracts of pyproject.toml [tool.importlinter]
-lint: $(STAMP)
+## lint: ruff, mypy --strict on every product package ([tool.mypy]), and the layer
+## contracts of pyproject.toml [tool.importlinter]
+lint: $(STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache --no-logo
@@ -52,8 +55,18 @@ schemas: $(STAMP)
 	$(BIN)/memstream schemas openapi docs/openapi.json
 
 ## bench: the full benchmark suite (< 20 min on 2 cores): BENCHMARKS.md, bench/plots/, bench/results.json
-bench: $(STAMP)
+bench: $(STAMP) $(MEM0_STAMP)
 	$(BIN)/python -m bench
+
+## mem0-venv: mem0 2.2.1 in its own venv (bench/out/mem0-venv, pinned by bench/mem0-requirements.txt)
+## for the retrieval benchmark's side-by-side; `make bench` builds it
+mem0-venv: $(MEM0_STAMP)
+$(MEM0_STAMP): bench/mem0-requirements.txt
+	rm -rf $(MEM0_VENV)
+	$(PYTHON) -m venv $(MEM0_VENV)
+	$(MEM0_VENV)/bin/pip install --quiet --no-deps -r bench/mem0-requirements.txt
+	$(MEM0_VENV)/bin/pip check
+	touch $(MEM0_STAMP)
 
 ## bench-quick: the same suite with small N (< 3 min, what CI runs); writes under bench/out/quick/
 bench-quick: $(STAMP)
@@ -90,6 +103,12 @@ cluster-test: $(STAMP)
 	MEMSTREAM_TEST_STACK=cluster $(BIN)/pytest -q $(CLUSTER_TESTS) \
 	  && $(BIN)/python -m reliability --quick --only cluster_faults; status=$$?; \
 	  deploy/kafka/cluster.sh wipe; deploy/redis-cluster/cluster.sh wipe; exit $$status
+
+## delivery: exactly_once vs at_least_once on the clusters (throughput, event -> retrievable
+## latency, a worker SIGKILLed), the embedded broker beside them, in one run (< 8 min on 2
+## cores): its section of BENCHMARKS.md. Uses the clusters that are up, else starts them.
+delivery: $(STAMP)
+	$(BIN)/python -m bench.delivery --out BENCHMARKS.md
 
 ## clean: delete the data folder .memstream/ (Valkey, Qdrant Edge, offsets) and the caches
 clean:

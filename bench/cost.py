@@ -46,8 +46,8 @@ from bench.services import Memstream, Samples, services, wait_until
 from memory.consolidation import consolidate_extractive
 from memstream.replay import replay_file
 from memstream.settings import Settings
-from rpc.publisher import bootstrap_servers
 from schemas import ConsolidatedMemory, MemoryContent, RetrieveResponse, StoredTurn
+from stores.broker import bootstrap_servers
 from stores.encoder import DEFAULT_TOKENIZER_PATH
 from stores.llm import build_messages
 

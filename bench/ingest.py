@@ -87,6 +87,13 @@ class StreamRun:
     triggers: float
     llm_calls: float
     machine_busy: float  # share of all CPU on the machine, anyone's, during the run
+    # The encoder's own counters, every caller kind (turns, descriptions, memory texts,
+    # queries): texts asked, encoded (run through the model), cache_hits, runs.
+    encoder: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def encoder_texts_per_event(self) -> float:
+        return self.encoder.get("texts", 0.0) / self.events if self.events else 0.0
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -96,14 +103,45 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
+# The bare encoder's candidate settings, (intra-op threads, texts per run); spinning off in
+# all (measured: it only burns CPU here). The best on the first texts is the reference.
+CANDIDATES: tuple[tuple[int, int], ...] = ((1, 8), (2, 8), (1, 32), (2, 32))
+PICK_TEXTS = 400
+
+
+def _bare(threads: int, run: int) -> OnnxEncoder:
+    settings = Settings().encoder.model_copy(
+        update={"threads": threads, "run_texts": run, "cache_size": 0, "spinning": False}
+    )
+    return OnnxEncoder.from_settings(settings)
+
+
+def _rate(encoder: OnnxEncoder, texts: list[str], batch: int) -> float:
+    started = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        encoder.encode(texts[i : i + batch])
+    return len(texts) / (time.perf_counter() - started)
+
+
 def encoder_reference(texts: list[str], single: list[str], batch: int) -> dict[str, Any]:
-    """The bare encoder on the same texts, in stream-order chunks of the pipeline's batch size.
+    """The bare encoder on the same texts, in stream-order chunks of the pipeline's batch size,
+    at its best settings (threads, texts per run: each candidate timed on the first texts).
 
     Chunks in arrival order (not one big length-sorted call) are what the encode stage can
     get at best, so the ratio compares like with like.
     """
-    encoder = OnnxEncoder.from_settings(Settings().encoder)
-    encoder.encode(texts[: batch * 2])  # warm the session
+    picked: dict[str, float] = {}
+    best: tuple[float, int, int] = (0.0, 0, 0)
+    for threads, run in CANDIDATES:
+        candidate = _bare(threads, run)
+        candidate.encode(texts[: batch * 2])  # warm the session
+        rate = _rate(candidate, texts[:PICK_TEXTS], batch)
+        picked[f"{threads} thread(s), runs of {run}"] = rate
+        best = max(best, (rate, threads, run))
+        del candidate
+    _, threads, run = best
+    encoder = _bare(threads, run)
+    encoder.encode(texts[: batch * 2])
     me = psutil.Process()
     machine0 = psutil.cpu_times()
     cpu0, started = cpu_seconds(me), time.perf_counter()
@@ -119,9 +157,14 @@ def encoder_reference(texts: list[str], single: list[str], batch: int) -> dict[s
     return {
         "sentences": len(texts),
         "batch": batch,
+        "threads": threads,
+        "run": run,
+        "settings": f"{threads} thread{'s' if threads > 1 else ''}, runs of {run}, no spinning",
+        "candidates_per_s": picked,
         "seconds": took,
         "sentences_per_s": len(texts) / took,
         "cpu_s": cpu,
+        "cpu_ms_per_sentence": 1000 * cpu / len(texts),
         "machine_busy": busy,
         "single_ms": percentiles(lat),
     }
@@ -144,6 +187,18 @@ async def _poll(mem: Memstream, done: Any, timeout_s: float) -> tuple[float, Sam
             return time.monotonic(), samples
         await asyncio.sleep(0.25)
     raise TimeoutError("the pipeline did not settle in time")
+
+
+ENCODER_COUNTERS = ("texts", "encoded", "cache_hits", "runs")
+
+
+def encoder_deltas(before: Samples, after: Samples) -> dict[str, float]:
+    """What the process's encoder did between two scrapes, all caller kinds together."""
+    return {
+        name: after.get(f"memstream_encoder_{name}_total")
+        - before.get(f"memstream_encoder_{name}_total")
+        for name in ENCODER_COUNTERS
+    }
 
 
 def stage_deltas(before: Samples, after: Samples) -> tuple[dict[str, dict[str, float]], float]:
@@ -192,6 +247,7 @@ async def replay_stream(
         triggers=after.get("memstream_triggers_total") - before.get("memstream_triggers_total"),
         llm_calls=after.get("memstream_llm_calls_total") - before.get("memstream_llm_calls_total"),
         machine_busy=busy_since(machine0),
+        encoder=encoder_deltas(before, after),
     )
 
 
@@ -331,14 +387,21 @@ def _result(ctx: Context, p: Params, m: Measured) -> Result:
             "ingest events/s vs encoder",
             gen.events_per_s,
             enc_rate,
-            "bare encoder, same texts, batches of 32, sentences/s",
+            f"bare encoder, same texts, calls of 32, {m.encoder['settings']}, sentences/s",
             target=">= 0.8",
+        ),
+        Row(
+            "encoder texts per event",
+            gen.encoder_texts_per_event,
+            1.0,
+            "bare encoder: the event's own text",
+            higher_is_better=False,
         ),
         Row(
             "event to retrievable p95 ms",
             m.latency["ms"]["p95"],
             m.encoder["single_ms"]["p95"],
-            "bare encoder, one sentence",
+            f"bare encoder, one sentence, {m.encoder['settings']}",
             higher_is_better=False,
         ),
     ]
@@ -349,14 +412,30 @@ def _result(ctx: Context, p: Params, m: Measured) -> Result:
             f"event -> retrievable at {m.latency['rate_per_s']:.0f} events/s (half load)",
             {"bare encoder p95, one sentence": m.encoder["single_ms"]["p95"]},
         ),
+        # Whole pipeline (to settled) and processors alone (scale-out) measure different
+        # things: two charts, each with its own reference bar first.
         bar_chart(
             ctx.out_dir / "ingest_throughput.png",
             {
-                "bare encoder": enc_rate,
+                f"bare encoder ({m.encoder['settings']})": enc_rate,
                 **{f"pipeline, {s.name}": s.events_per_s for s in m.streams},
-                **{f"{s['workers']} processor proc.": s["events_per_s"] for s in m.scale},
             },
             "events (sentences) per second",
+            "Ingest to settled, one memstream up process, against the bare encoder",
+        ),
+        bar_chart(
+            ctx.out_dir / "ingest_scaleout.png",
+            {
+                f"bare encoder ({m.encoder['settings']})": enc_rate,
+                **{
+                    f"{s['workers']} processor process{'es' if s['workers'] > 1 else ''}": s[
+                        "events_per_s"
+                    ]
+                    for s in m.scale
+                },
+            },
+            "events (sentences) per second",
+            "Scale-out: the processors alone (memstream worker), 1 and 2 processes",
         ),
     ]
     raw = {

@@ -64,6 +64,7 @@ def bar_chart(path: Path, values: dict[str, float], ylabel: str, title: str = ""
         h = bar.get_height()
         ax.annotate(f"{h:,.1f}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom")
     ax.set_xticks(range(len(names)), names, rotation=15, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.15 * max([values[n] for n in names] + [1e-9]))  # room for the labels
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title, fontsize=10)

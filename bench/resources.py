@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from bench.cost import consolidated_messages, token_costs
 from bench.generate import generate_events, write_jsonl
 from bench.plotting import bar_chart, series_chart
 from bench.resources_report import markdown
-from bench.services import Memstream, RssSampler, Samples, rss_breakdown, services
+from bench.services import MIB, Memstream, RssSampler, Samples, rss_breakdown, services
 from memstream.demo import SAMPLE_STREAM
 from memstream.replay import replay_file
 from memstream.settings import QdrantSettings
@@ -43,10 +44,12 @@ log = logging.getLogger(__name__)
 TENANT = "demo"
 DIM = 384  # all-MiniLM-L6-v2; checked against the store's collection when it opens
 RSS_TARGET_MIB = 600.0
+PAGE = os.sysconf("SC_PAGE_SIZE")
 MEM0_NOTE = (
     "mem0 (`mem0ai==2.2.1`, a pure-Python wheel; `pip download --no-deps` works) is not "
     "measured here: it is installed only in the retrieval-latency benchmark's own "
-    "virtualenv, never in the project's. The reference column holds the target."
+    "virtualenv (`make mem0-venv`, which `make bench` runs), never in the project's. "
+    "The reference column holds the target."
 )
 
 
@@ -63,6 +66,32 @@ class Params:
 
 QUICK = Params(100, 5_000, 50, 1_000, 4, 150, 20)
 FULL = Params(276, 100_000, 200, 20_000, 40, 1_500, 200)
+
+
+class SplitRssSampler(RssSampler):
+    """RSS, plus memstream's split into anonymous memory (heap, onnxruntime, Python) and
+    file-backed pages (the Edge shard's mmapped segments, libraries): ``statm``, cheap
+    enough for every sample, so the peak's make-up is known, not guessed."""
+
+    def __init__(self, procs: dict[str, Any], split: str) -> None:
+        super().__init__(procs)
+        self.statm = Path(f"/proc/{procs[split].pid}/statm")
+        self.split_series: dict[str, list[tuple[float, float]]] = {"anon": [], "file": []}
+        self.at_peak: dict[str, float] = {}
+
+    def sample(self) -> None:
+        super().sample()
+        try:  # pages: size resident shared text lib data dt
+            _, resident, shared, *_ = (int(x) for x in self.statm.read_text().split())
+        except OSError:  # the process ended: keep what was seen
+            return
+        now = time.monotonic() - self.t0
+        rss, file = resident * PAGE / MIB, shared * PAGE / MIB
+        anon = rss - file
+        self.split_series["anon"].append((now, anon))
+        self.split_series["file"].append((now, file))
+        if rss >= self.at_peak.get("rss", 0.0):
+            self.at_peak = {"rss": rss, "anon": anon, "file": file}
 
 
 def _memory(i: int, users: int, rng: np.random.Generator, now: datetime) -> ConsolidatedMemory:
@@ -195,7 +224,8 @@ async def run(ctx: Context) -> Result:
         mem.spawn()
         try:
             procs = {"memstream": mem.ps, "broker": svc.broker_proc, "valkey": svc.redis_proc}
-            with RssSampler(procs) as rss:  # from the spawn: start-up counts for the peak
+            rss = SplitRssSampler(procs, "memstream")
+            with rss:  # from the spawn: start-up counts for the peak
                 await asyncio.to_thread(mem.wait_ready)
                 rss.sample()
                 raw["rss_idle_mib"] = {k: v[-1][1] for k, v in rss.series.items() if v}
@@ -206,8 +236,13 @@ async def run(ctx: Context) -> Result:
                 )
                 raw["rss_parts_mib"]["at the end"] = rss_breakdown(mem.ps, data_dir)
             raw["rss_peak_mib"] = rss.peak_mib
+            raw["rss_at_peak_mib"] = rss.at_peak
+            raw["rss_split_peak_mib"] = {
+                k: max((m for _, m in v), default=0.0) for k, v in rss.split_series.items()
+            }
+            series = {**rss.series, **{f"memstream {k}": v for k, v in rss.split_series.items()}}
             raw["rss_series"] = {
-                k: [(round(t, 1), round(m, 1)) for t, m in v] for k, v in rss.series.items()
+                k: [(round(t, 1), round(m, 1)) for t, m in v] for k, v in series.items()
             }
             raw["rss_marks"] = rss.marks
             raw["valkey_used_bytes"] = await _valkey_used(svc.redis.url)

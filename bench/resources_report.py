@@ -117,6 +117,20 @@ def _how(eager_per_call: float, memstream_per_call: float) -> str:
     )
 
 
+def _split(raw: dict[str, Any]) -> list[str]:
+    at, top = raw.get("rss_at_peak_mib"), raw.get("rss_split_peak_mib")
+    if not at or not top:
+        return []
+    return [
+        f"At memstream's peak its RSS was {_f(at['anon'])} MiB anonymous memory (heap: "
+        f"Python, onnxruntime, the in-RAM indexes) and {_f(at['file'])} MiB file-backed "
+        "pages (the Edge shard's mmapped segments, libraries); over the run the anonymous "
+        f"part peaked at {_f(top['anon'])} MiB, the file-backed one at {_f(top['file'])} MiB "
+        "(sampled every 0.2 s from `/proc/PID/statm`).",
+        "",
+    ]
+
+
 def _memory(p: Params, raw: dict[str, Any], mem0_note: str) -> str:
     peak, idle = raw["rss_peak_mib"], raw["rss_idle_mib"]
     names = {
@@ -149,6 +163,7 @@ def _memory(p: Params, raw: dict[str, Any], mem0_note: str) -> str:
         f"~{raw['bulk_turns'] // max(p.turn_users, 1)} turns took "
         f"{_f(raw['runs']['retrievals']['p50_ms'])} ms at p50.",
         "",
+        *_split(raw),
         *_parts(raw["rss_parts_mib"]),
         f"Reading: {_f(idle.get('memstream', 0.0))} MiB of the peak is there before the "
         "first event — Python with faust, FastAPI and pydantic, onnxruntime with the "

@@ -193,28 +193,56 @@ def _quantile(buckets: list[tuple[float, float]], count: float, q: float) -> flo
     return lower  # in the +Inf bucket: report the largest finite bound
 
 
-def throughput_plot(path: Path, series: dict[str, list[Run]], title: str) -> Path:
+def throughput_plot(
+    path: Path,
+    series: dict[str, list[Run]],
+    title: str,
+    target_ms: float | None = None,
+    refs_ms: dict[str, float] | None = None,
+) -> Path:
     """Caller p50 and p99 against achieved throughput: closed loops joined by caller count,
-    open-loop runs as separate markers; one colour per data size."""
-    from bench.plotting import _save, plt
+    open-loop runs as separate markers; one colour per data size. ``target_ms`` is drawn
+    as the p99 target, ``refs_ms`` (by data size) as dotted lines in that size's colour."""
+    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4))
+    from bench.plotting import _save  # sets the headless backend first
+
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
     colors = ("#4c72b0", "#c44e52", "#55a868")
     for (name, runs), color in zip(series.items(), colors, strict=False):
         closed = sorted((r for r in runs if r.mode == "closed"), key=lambda r: r.load)
         for q, style in ((50, "o-"), (99, "s--")):
             ax.plot([r.qps for r in closed], [_pct(r, q) for r in closed], style, color=color,
-                    label=f"{name} closed p{q}")  # fmt: skip
+                    label=f"{name} closed loop p{q}")  # fmt: skip
         for r in runs:
             if r.mode == "open":
                 ax.plot([r.qps] * 2, [_pct(r, 50), _pct(r, 99)], "D:", color=color, ms=7,
-                        label=f"{name} open p50/p99")  # fmt: skip
-            ax.annotate(r.label, (r.qps, _pct(r, 99)), fontsize=7)
+                        label=f"{name} open loop p50 / p99")  # fmt: skip
+            # Each run named once, at its p99 point, offset and boxed so lines stay legible.
+            ax.annotate(
+                r.label.replace(", half load", " (half load)"),
+                (r.qps, _pct(r, 99)),
+                xytext=(6, 6),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": color, "lw": 0.5},
+            )
+        ref = (refs_ms or {}).get(name)
+        if ref is not None:
+            ax.axhline(
+                ref, color=color, ls=":", lw=1, label=f"{name} reference p99 x 2 ({ref:.0f} ms)"
+            )
+    if target_ms is not None:
+        ax.axhline(target_ms, color="#222222", ls="-.", lw=1.2,
+                   label=f"target: p99 at half load <= {target_ms:.0f} ms")  # fmt: skip
     ax.set_xlabel("achieved queries/s")
-    ax.set_ylabel("caller latency, ms (log)")
+    ax.set_ylabel("caller latency, ms (log scale)")
     ax.set_yscale("log")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.grid(True, which="major", axis="y", lw=0.3, color="#cccccc")
+    # Outside the axes: inside, the legend hid the 64-caller points.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)
 
 

@@ -14,7 +14,13 @@ import typer
 from rich.console import Console
 
 from memstream.logs import logging_config
-from memstream.settings import DEMO_API_KEY, Settings
+from memstream.settings import (
+    DEMO_API_KEY,
+    ENV_NESTED,
+    ENV_PREFIX,
+    Settings,
+    UnknownSettingError,
+)
 from memstream.wiring import ALL_ROLES, Role
 
 if TYPE_CHECKING:  # runtime pulls in faust: imported only by the commands that run it
@@ -30,7 +36,19 @@ Port = Annotated[int | None, typer.Option(help="RPC port (default: settings, 808
 
 
 def _settings(port: int | None = None) -> Settings:
-    settings = Settings()
+    import pydantic
+    from pydantic_settings import SettingsError
+
+    try:
+        settings = Settings()
+    except UnknownSettingError as exc:  # a misspelt or renamed MEMSTREAM_* variable
+        _fail(str(exc))
+    except SettingsError as exc:  # a JSON value (map, list, section) that does not parse
+        _fail(f"invalid setting: {exc} ({exc.__cause__})")
+    except pydantic.ValidationError as exc:  # a value the setting does not accept
+        first = exc.errors()[0]
+        name = ENV_PREFIX + ENV_NESTED.join(str(part) for part in first["loc"]).upper()
+        _fail(f"invalid setting {name}: {first['msg']}")
     if port is not None:
         settings = settings.model_copy(
             update={"rpc": settings.rpc.model_copy(update={"port": port})}
@@ -181,7 +199,7 @@ def replay(
                 console.print(forgotten_hint(found, restored=restore_forgotten), soft_wrap=True)
         return await replay_file(file, url, settings.topic("events"))
 
-    from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+    from aiokafka.errors import KafkaError
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its retries: we say it once

@@ -26,6 +26,8 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from stores.broker import on_start
+
 Check = Callable[[], Awaitable[bool]]
 
 
@@ -44,15 +46,17 @@ class Health:
     def attach(self, beat_every_s: float = 1.0) -> None:
         """Register the heartbeat task and the join signal on the app."""
 
-        @self.app.task  # type: ignore[untyped-decorator]
         async def heartbeat() -> None:
             self.loop = asyncio.get_running_loop()
             while True:
                 self.beat = time.monotonic()
                 await asyncio.sleep(beat_every_s)
 
-        @self.app.on_partitions_assigned.connect  # type: ignore[arg-type]
-        async def on_assigned(app: faust.App, assigned: object, **_: object) -> None:
+        on_start(self.app, heartbeat)
+
+        # mode calls a receiver as receiver(app, assigned, signal=..., **kwargs).
+        @self.app.on_partitions_assigned.connect
+        async def on_assigned(app: faust.App, /, *_: object, signal: object, **__: object) -> None:
             self.joined = True
 
     def live(self) -> tuple[bool, dict[str, Any]]:

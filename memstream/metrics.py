@@ -6,13 +6,15 @@ All names start with ``memstream_``; units are in the names (``_seconds``, ``_to
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Protocol, get_args
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 from schemas.memories import TriggerReason
 
@@ -63,11 +65,46 @@ CONSOLIDATION_OUTCOMES = ("created", "updated", "unchanged", "skipped")
 CLUSTER_EVENTS = ("merge", "fuzzy", "create", "routed", "flush", "maintenance", "split", "archive")
 LLM_FALLBACK_REASONS = ("truncated", "invalid_json", "schema")  # stores.llm.FallbackReason
 RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
+ENCODER_KINDS = ("query", "ingest")  # stores.encoder.EncoderStats' caller kinds
+
+
+class EncoderCounts(Protocol):
+    """What ``stores.encoder.EncoderStats`` holds: running totals since the encoder was built."""
+
+    @property
+    def texts(self) -> Mapping[str, int]: ...
+    @property
+    def cache_hits(self) -> Mapping[str, int]: ...
+    @property
+    def encoded(self) -> Mapping[str, int]: ...
+    @property
+    def runs(self) -> int: ...
+    @property
+    def run_seconds(self) -> float: ...
+
+
+class _BeforeScrape:
+    """A collector that exports nothing and runs hooks first: registered before every
+    metric, so a scrape reads totals copied at that very moment (a timer's copy would be
+    up to ``metrics_interval_s`` old, and the benchmark reads right after it settles)."""
+
+    def __init__(self) -> None:
+        self.hooks: list[Callable[[], None]] = []
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        for hook in self.hooks:
+            hook()
+        return []
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
+        self._before_scrape = _BeforeScrape()
+        registry.register(self._before_scrape)
         self.events = Counter(
             "memstream_events_total",
             "Messages handled, by stage and outcome (ok, duplicate, dlq, error).",
@@ -195,6 +232,36 @@ class Metrics:
             ["stage", "kind"],
             registry=registry,
         )
+        self.encoder_texts = Counter(
+            "memstream_encoder_texts_total",
+            "Texts handed to the process's encoder, by caller kind (query: the RPC's; ingest: "
+            "turns, cluster descriptions, memory texts), cache hits included.",
+            ["kind"],
+            registry=registry,
+        )
+        self.encoder_encoded = Counter(
+            "memstream_encoder_encoded_total",
+            "Texts the encoder ran through the model, by caller kind (not cache hits, nor a "
+            "text repeated in one call).",
+            ["kind"],
+            registry=registry,
+        )
+        self.encoder_cache_hits = Counter(
+            "memstream_encoder_cache_hits_total",
+            "Texts the encoder answered from its vector cache, by caller kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.encoder_runs = Counter(
+            "memstream_encoder_runs_total",
+            "Model runs (onnxruntime Session.run calls) of the encoder.",
+            registry=registry,
+        )
+        self.encoder_run_seconds = Counter(
+            "memstream_encoder_run_seconds_total",
+            "Wall time inside the encoder's model runs.",
+            registry=registry,
+        )
         self.role = Gauge(
             "memstream_role",
             "1 for each role this process plays (process, consolidate, serve).",
@@ -207,6 +274,36 @@ class Metrics:
             registry=registry,
         )
         self.start_time.set(time.time())
+
+    def watch_encoder(self, stats: EncoderCounts) -> None:
+        """Export the encoder's running totals, copied at every scrape (series at zero now)."""
+        last: dict[tuple[str, str], float] = {}
+        lock = threading.Lock()  # two scrapes at once must not both add the same growth
+        by_kind = (
+            ("texts", self.encoder_texts),
+            ("encoded", self.encoder_encoded),
+            ("cache_hits", self.encoder_cache_hits),
+        )
+
+        def grow(counter: Counter, key: tuple[str, str], total: float) -> None:
+            grown = total - last.get(key, 0.0)
+            if grown > 0:
+                counter.inc(grown)
+                last[key] = total
+
+        def copy() -> None:
+            with lock:
+                for field, counter in by_kind:
+                    totals: Mapping[str, int] = getattr(stats, field)
+                    for kind in ENCODER_KINDS:
+                        grow(counter.labels(kind), (field, kind), totals.get(kind, 0))
+                grow(self.encoder_runs, ("runs", ""), stats.runs)
+                grow(self.encoder_run_seconds, ("run_seconds", ""), stats.run_seconds)
+
+        for _, counter in by_kind:
+            for kind in ENCODER_KINDS:
+                counter.labels(kind)
+        self._before_scrape.hooks.append(copy)
 
     def declare_roles(self, roles: Iterable[str]) -> None:
         """Mark the roles played and export their labelled series at zero (see ROLE_STAGES)."""
@@ -252,6 +349,11 @@ UNITS = {
     "memstream_shortterm_turns": "turns",
     "memstream_start_time_seconds": "seconds",
     "memstream_role": "flag",
+    "memstream_encoder_texts_total": "texts",
+    "memstream_encoder_encoded_total": "texts",
+    "memstream_encoder_cache_hits_total": "texts",
+    "memstream_encoder_runs_total": "runs",
+    "memstream_encoder_run_seconds_total": "seconds",
 }
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"

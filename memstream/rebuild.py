@@ -49,16 +49,16 @@ from memstream.settings import (
     RecurrenceSettings,
     Settings,
 )
-from rpc.publisher import bootstrap_servers
+from stores.broker import bootstrap_servers
 from stores.redis_client import sync_redis
 
 if TYPE_CHECKING:
     from memstream.runtime import RunningProcess
     from memstream.wiring import Role
     from rpc.server import ApiDeps
-    from stores.encoder import OnnxEncoder
     from stores.longterm import LongTermStore
-    from stores.redis_state import RedisState
+    from stores.short_term import ShortTermState
+    from stores.text_encoder import TextEncoder
 
 log = logging.getLogger("memstream.rebuild")
 
@@ -329,9 +329,9 @@ class GenerationFollower:
     redis_url: str
     current: Settings  # the generation the API serves now
     interval_s: float = 2.0
-    _states: dict[str, RedisState] = dataclasses.field(default_factory=dict)
+    _states: dict[str, ShortTermState] = dataclasses.field(default_factory=dict)
     _stores: dict[str, LongTermStore] = dataclasses.field(default_factory=dict)
-    _encoders: dict[EncoderSettings, OnnxEncoder] = dataclasses.field(default_factory=dict)
+    _encoders: dict[EncoderSettings, TextEncoder] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         retriever = self.api.retriever

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from rich.progress import Progress
 
 from memstream.metrics import Metrics
-from rpc.publisher import EventPublisher
+from stores.broker import EventPublisher
 from stores.redis_state import RedisState
 
 

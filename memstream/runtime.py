@@ -21,9 +21,11 @@ from memstream.logs import logging_config
 from memstream.metrics import Metrics
 from memstream.rebuild import GenerationFollower, with_active_generation
 from memstream.settings import Settings
-from memstream.wiring import Dependencies, Role, Stack, build_app
+from memstream.wiring import Dependencies, LongTermOpener, Role, Stack, build_app
 from rpc.serving import make_server, start_api
+from stores.broker import on_start
 from stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
+from stores.longterm import open_longterm
 
 log = logging.getLogger("memstream")
 
@@ -116,12 +118,14 @@ def run_process(
     *,
     job: Job | None = None,
     generations: bool = True,
+    open_store: LongTermOpener = open_longterm,
 ) -> int:
     """Start the stack and a faust worker with ``roles``; block until Ctrl-C or ``job`` ends.
 
     With ``generations`` (every process but a rebuild's), the process runs as the active
-    generation (``memstream.rebuild``) and its API follows later switches. Raises
-    ``StartupError`` when another stack holds the data folder or the RPC port is taken.
+    generation (``memstream.rebuild``) and its API follows later switches. ``open_store``
+    replaces how the long-term store is opened (the reliability suite's fault injection).
+    Raises ``StartupError`` when another stack holds the data folder or the RPC port is taken.
     """
     lock = claim_data_dir(settings, serving="serve" in roles)
     stack: Stack | None = None
@@ -138,7 +142,7 @@ def run_process(
         if generations:
             settings = with_active_generation(base, stack.redis_url)
         metrics = Metrics()
-        deps = Dependencies.build(settings, stack, metrics)
+        deps = Dependencies.build(settings, stack, metrics, open_store=open_store)
         app, _topics = build_app(deps, stack, roles)
         running = RunningProcess(settings, stack, deps, app)
         exit_code = [0]
@@ -185,7 +189,6 @@ def _follow(api: FastAPI, base: Settings, redis_url: str, current: Settings) -> 
 def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
     deps = running.deps
 
-    @running.app.task
     async def serve_api() -> None:
         api, publisher = await start_api(
             running.settings,
@@ -209,9 +212,10 @@ def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
             server.should_exit = True
             await publisher.close()
 
+    on_start(running.app, serve_api)
+
 
 def _run_job_inside(running: RunningProcess, job: Job, exit_code: list[int]) -> None:
-    @running.app.task
     async def run_job() -> None:
         try:
             exit_code[0] = await job(running)
@@ -220,6 +224,8 @@ def _run_job_inside(running: RunningProcess, job: Job, exit_code: list[int]) -> 
             exit_code[0] = 1
         # Stop the way Ctrl-C does, so the worker drains and commits.
         os.kill(os.getpid(), signal.SIGTERM)
+
+    on_start(running.app, run_job)
 
 
 def _run_worker(app: faust.App, loglevel: str) -> int:
@@ -252,16 +258,17 @@ async def serve_standalone(settings: Settings) -> None:
 async def _serve_alone(settings: Settings) -> None:
     from memstream.wiring import open_state
     from stores.encoder import OnnxEncoder
-    from stores.longterm import open_longterm
 
     base, settings = settings, with_active_generation(settings, settings.redis.url)
     metrics = Metrics()
     state = open_state(settings, settings.redis.url)
     longterm = open_longterm(settings.qdrant, settings.data_dir)
+    encoder = OnnxEncoder.from_settings(settings.encoder)
+    metrics.watch_encoder(encoder.stats)
     api, publisher = await start_api(
         settings,
         broker_url=settings.kafka.broker,
-        encoder=OnnxEncoder.from_settings(settings.encoder),
+        encoder=encoder,
         state=state,
         longterm=longterm,
         metrics=metrics,

@@ -9,13 +9,14 @@ it never stops the process.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Awaitable, Collection, Iterable, Mapping
 from typing import cast
 
 import faust
 from faust.types import TP
 
 from memstream.metrics import Metrics
+from stores.broker import every
 from stores.llm import Consolidator
 from stores.longterm import LongTermStore
 from stores.redis_state import RedisState
@@ -139,14 +140,13 @@ def register_samplers(
         metrics.llm_calls.labels(consolidator.name, "ok")
         metrics.llm_calls.labels(consolidator.name, "error")
 
-    async def guarded(name: str, coro: object) -> None:
+    async def guarded(name: str, coro: Awaitable[object]) -> None:
         try:
-            await coro  # type: ignore[misc]
+            await coro
         except Exception as exc:
             metrics.sample_errors.labels(name).inc()
             log.debug("sampling %s failed: %r", name, exc)
 
-    @app.timer(interval_s, on_leader=False)  # type: ignore[untyped-decorator]
     async def sample_gauges() -> None:
         if app.consumer is not None and any(r in roles for r in ("process", "consolidate")):
             await guarded("lag", lag.sample())
@@ -156,6 +156,8 @@ def register_samplers(
             await guarded("longterm", _sample_longterm(longterm, metrics))
             if usage is not None:
                 usage.sample()
+
+    every(app, interval_s, sample_gauges)
 
 
 async def _sample_longterm(longterm: LongTermStore, metrics: Metrics) -> None:

@@ -2,17 +2,22 @@
 
 Nested fields use ``__``: ``MEMSTREAM_KAFKA__BROKER=kafka://10.0.0.5:9092``,
 ``MEMSTREAM_CLUSTER__MERGE_THRESHOLD=0.8``. An empty broker / Redis URL means
-"start the embedded service" (see ``stores/embedded.py``).
+"start the embedded service" (see ``stores/embedded.py``). A MEMSTREAM_* variable that
+sets no field is an error at load (``UnknownSettingError``), not a silent default.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 # The documented demo key. It is only accepted while no other keys are configured.
 DEMO_API_KEY = "ms-demo-key"
@@ -36,11 +41,14 @@ class KafkaSettings(_Section):
     broker: str = ""  # "" = embedded Tansu broker
     partitions: int = 4
     session_timeout_s: float = 3.0  # Tansu joins groups in ~half of it
-    fetch_max_wait_ms: int = 100  # Tansu holds empty fetches this long (see streams/transport.py)
+    fetch_max_wait_ms: int = 100  # Tansu holds empty fetches this long (see stores/broker.py)
     topic_prefix: str = "memstream"
     # Copies of each topic memstream declares: 3 on a Kafka cluster (with the brokers'
     # min.insync.replicas=2 and acks=all, a write survives one node lost); 1 embedded.
     replication_factor: int = 1
+    # faust's processing guarantee: "at_least_once" (the embedded Tansu broker has no
+    # transactional producer) or "exactly_once" (a real Kafka cluster only).
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
     # A rebuilt generation's name (see memstream/rebuild.py): its derived topics and consumer
     # groups carry it, so it never mixes with the generation serving now. "" = the first.
     generation: str = ""
@@ -76,7 +84,16 @@ class EncoderSettings(_Section):
     max_tokens: int = 256
     batch_size: int = 32
     batch_within_s: float = 0.05
-    threads: int = 0  # 0 = onnxruntime decides
+    threads: int = 0  # 0 = the process's cores less one (the event loop's), at least 1
+    # onnxruntime's threads busy-wait between runs (bench/ingest.py measured it off).
+    spinning: bool = False
+    memory_arena: bool = False  # the CPU arena keeps the largest batch's buffers for good
+    cache_size: int = 2048  # vectors kept by text hash: repeated texts are not re-encoded
+    # One onnxruntime run: at most run_texts texts and run_tokens padded tokens (texts x the
+    # longest). Small runs cost less CPU per text here (8: 3.2-3.3 ms, 32: 4.9-5.1) and
+    # bound peak RSS and how long a query waits behind ingest. batch_size is the stage's.
+    run_texts: int = 8
+    run_tokens: int = 1024
 
 
 class ClusterSettings(_Section):
@@ -183,10 +200,99 @@ class RPCSettings(_Section):
     turn_cache_mb: float = 1024.0
 
 
+ENV_PREFIX = "MEMSTREAM_"
+ENV_NESTED = "__"
+# MEMSTREAM_* variables that are not settings but that the project reads by name: the CLI
+# client's key, the test stack switch (stores/real_clusters.py), the bench's inputs.
+NOT_SETTINGS_ENV = frozenset(
+    {
+        "MEMSTREAM_API_KEY",
+        "MEMSTREAM_TEST_STACK",
+        "MEMSTREAM_SHARED_BENCH",
+        "MEMSTREAM_BENCH_EVENTS",
+    }
+)
+
+
+class UnknownSettingError(ValueError):
+    """A MEMSTREAM_* variable names no setting (a typo or a renamed one)."""
+
+
+def setting_env_names() -> tuple[frozenset[str], tuple[str, ...]]:
+    """Every variable that sets a field, and the prefixes under which any key does (maps).
+
+    A whole section is a name too: pydantic-settings reads ``MEMSTREAM_KAFKA`` as JSON.
+    """
+    names: set[str] = set()
+    maps: list[str] = []
+    for name, field in Settings.model_fields.items():
+        top = ENV_PREFIX + name.upper()
+        names.add(top)
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            for sub, sub_field in section.model_fields.items():
+                names.add(top + ENV_NESTED + sub.upper())
+                if get_origin(sub_field.annotation) is dict:
+                    maps.append(top + ENV_NESTED + sub.upper() + ENV_NESTED)
+    return frozenset(names), tuple(maps)
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Raise ``UnknownSettingError`` (one line, with the closest valid name) for each
+    MEMSTREAM_* variable that maps to no field; names are matched case-blind, as pydantic-
+    settings reads them."""
+    names, maps = setting_env_names()
+    unknown = [
+        name
+        for name in sorted(environ)
+        if name.upper().startswith(ENV_PREFIX)
+        and name.upper() not in names | NOT_SETTINGS_ENV
+        and not name.upper().startswith(maps)
+    ]
+    if not unknown:
+        return
+    # Compared without the prefix they all share, which would make every name look close.
+    valid = sorted(n.removeprefix(ENV_PREFIX) for n in names | NOT_SETTINGS_ENV)
+    problems = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.upper().removeprefix(ENV_PREFIX), valid, n=1)
+        hint = (
+            f"did you mean {ENV_PREFIX}{close[0]}?"
+            if close
+            else "see memstream/settings.py for the names"
+        )
+        problems.append(f"unknown setting {name} ({hint})")
+    raise UnknownSettingError("; ".join(problems))
+
+
+class _RejectUnknownEnv(PydanticBaseSettingsSource):
+    """Reads no value: fails the load when a MEMSTREAM_* variable sets no field (the env
+    source ignores those, so a misspelt setting would run on its default)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        check_environment(os.environ)
+        return {}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="MEMSTREAM_", env_nested_delimiter="__", frozen=True, extra="forbid"
+        env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTED, frozen=True, extra="forbid"
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        checked = _RejectUnknownEnv(settings_cls)
+        return init_settings, checked, env_settings, dotenv_settings, file_secret_settings
 
     data_dir: Path = Path(".memstream")
     log_level: str = "warning"

@@ -8,8 +8,11 @@ process plays, each wired to its stores. Nothing here holds an algorithm.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
+from pathlib import Path
 from typing import Literal
 
 import faust
@@ -20,13 +23,13 @@ from memory.recurrence import RecurrenceParams
 from memory.strength import StrengthParams
 from memstream.metrics import Metrics
 from memstream.sampling import register_samplers
-from memstream.settings import ClusterSettings, Settings
+from memstream.settings import ClusterSettings, QdrantSettings, Settings
+from stores.broker import Topics, create_app, create_topics, on_start
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.llm import Consolidator, consolidator_from_settings
 from stores.longterm import LongTermStore, open_longterm
 from stores.redis_state import RedisState
-from streams.app import Topics, create_app, create_topics
 from streams.control import register_control
 from streams.encode import register_encode
 from streams.memorize import Memorizer, register_memorize
@@ -40,6 +43,10 @@ log = logging.getLogger("memstream")
 
 Role = Literal["process", "consolidate", "serve"]
 ALL_ROLES: frozenset[Role] = frozenset({"process", "consolidate", "serve"})
+
+# How a process opens its long-term store. The seam for fault injection: the reliability
+# suite passes a wrapper of ``open_longterm`` whose store can be switched unreachable.
+LongTermOpener = Callable[[QdrantSettings, Path], LongTermStore]
 
 
 @dataclass
@@ -125,25 +132,36 @@ class Dependencies:
     longterm: LongTermStore
 
     @classmethod
-    def build(cls, settings: Settings, stack: Stack, metrics: Metrics) -> Dependencies:
+    def build(
+        cls,
+        settings: Settings,
+        stack: Stack,
+        metrics: Metrics,
+        *,
+        open_store: LongTermOpener = open_longterm,
+    ) -> Dependencies:
+        encoder = OnnxEncoder.from_settings(settings.encoder)
+        metrics.watch_encoder(encoder.stats)
         return cls(
             settings=settings,
             metrics=metrics,
-            encoder=OnnxEncoder.from_settings(settings.encoder),
+            encoder=encoder,
             state=open_state(settings, stack.redis_url),
-            longterm=open_longterm(settings.qdrant, settings.data_dir),
+            longterm=open_store(settings.qdrant, settings.data_dir),
         )
 
 
-def app_id_for(roles: frozenset[Role]) -> str:
-    """Processors and consolidators are separate consumer groups when they run apart."""
+def app_id_for(roles: frozenset[Role], topic_prefix: str) -> str:
+    """The consumer group (and faust's transactional ids): processors and consolidators are
+    separate groups when they run apart, and two deployments with their own topic prefix on
+    one Kafka never share a group (they would rebalance each other's partitions)."""
     stream_roles = sorted(r for r in roles if r != "serve")
-    return "memstream" if len(stream_roles) > 1 else f"memstream-{stream_roles[0]}"
+    return topic_prefix if len(stream_roles) > 1 else f"{topic_prefix}-{stream_roles[0]}"
 
 
 def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
     settings, metrics = deps.settings, deps.metrics
-    app_id = app_id_for(roles)
+    app_id = app_id_for(roles, settings.kafka.topic_prefix)
     if settings.kafka.generation:  # a rebuilt generation reads the log in groups of its own
         app_id = f"{app_id}-{settings.kafka.generation}"
     app = create_app(settings, app_id=app_id, broker_url=stack.broker_url)
@@ -170,7 +188,8 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
             ),
             window=settings.recurrence.window_turns,
             common_phrase_users=settings.recurrence.common_phrase_users,
-            embed=deps.encoder.encode,
+            # A cluster's description often repeats; the cache gives the same bytes back.
+            embed=partial(deps.encoder.encode, cache=True),
         )
         register_memorize(app, topics, memorizer, metrics)
         # Forget commands: the partition owner drops the user's in-flight data too.
@@ -211,7 +230,7 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         register_strength(
             app,
             topics,
-            StrengthWorker(deps.longterm, locks, strength_params(settings)),
+            StrengthWorker(deps.longterm, deps.state, locks, strength_params(settings)),
             metrics,
             decay_every_s=m.decay_every_s,
         )
@@ -232,11 +251,11 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         consolidator=consolidator,
     )
 
-    @app.task
     async def declare_topics() -> None:
         # Output-only topics (dlq, consolidated, ...) must exist before anyone reads them.
         for topic in topics.all():
             await topic.maybe_declare()
         await deps.longterm.ensure_collection(deps.encoder.dim)
 
+    on_start(app, declare_topics)
     return app, topics

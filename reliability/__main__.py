@@ -46,12 +46,25 @@ answers, crashes, blocked partitions, checks that did not settle, and an outage 
 metrics did not show. The outages row also compares with an undisturbed run of the same
 file; that comparison is reported, not promised, because two undisturbed runs can already
 differ by a trigger key or two (see its note). p99 is the client-side latency of the
-RPC calls of that row, measured on the same two cores the service runs on. Every fault
+RPC calls of that row, measured on the same two cores the service runs on. A fault in a
+stream row fires at a share of that stream's turns stored, never at a second
+(`reliability/progress.py`): the row's label gives the shares it actually ran between, and
+the table under this one the turn counts each fault began and ended at. Every fault
 is real (SIGKILL, SIGSTOP, a Valkey or broker process stopped and started) except one:
 no Qdrant server installs here, so "Qdrant does not answer" is a switch in the suite's
 process launcher (`reliability/roles.py`) that fails every long-term call the way
 qdrant-client fails against a dead server; the consolidator's retry path and its
 `memstream_retries_total` are the real ones."""
+
+
+def kept_sections(out: Path) -> str:
+    """The ``## `` sections of ``out`` as it was (the cluster rows of ``make cluster-test``,
+    written apart): a run of this table does not erase another's."""
+    if not out.exists():
+        return ""
+    text = out.read_text()
+    at = text.find("\n## ")
+    return "" if at < 0 else "\n" + text[at:].lstrip("\n")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -105,7 +118,7 @@ def main(argv: list[str]) -> int:
         f"{'all promised zeros hold' if not failed else f'{len(failed)} rows FAIL'}."
     )
     if args.out is not None:
-        args.out.write_text(markdown(rows, header=HEADER, footer=footer))
+        args.out.write_text(markdown(rows, header=HEADER, footer=footer) + kept_sections(args.out))
         ctx.console.print(f"wrote {args.out}")
     ctx.console.print(footer)
     return 1 if failed else 0

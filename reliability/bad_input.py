@@ -20,8 +20,8 @@ from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, client, service
-from rpc.publisher import EventPublisher
-from streams.handling import MAX_ORIGINAL_CHARS, cut
+from stores.broker import EventPublisher
+from stores.stage import MAX_ORIGINAL_CHARS, cut
 
 NAME = "bad_input"
 USER = "bad-input-user"

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
 from memstream.settings import hash_api_key
-from rpc.publisher import bootstrap_servers
+from stores.broker import bootstrap_servers
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
 ROLES = {
@@ -238,10 +238,17 @@ def _listening(port: int) -> bool:
     return False
 
 
-async def read_topic(broker_url: str, topic: str) -> list[tuple[bytes | None, bytes]]:
-    """Every record now in ``topic`` (all partitions, from the start), as (key, value)."""
+async def read_topic(
+    broker_url: str, topic: str, *, committed_only: bool = False
+) -> list[tuple[bytes | None, bytes]]:
+    """Every record now in ``topic`` (all partitions, from the start), as (key, value).
+
+    ``committed_only``: what a ``read_committed`` consumer sees (Kafka only: records of
+    aborted transactions left out); otherwise every record in the log, aborted or not."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers(broker_url), enable_auto_commit=False
+        bootstrap_servers=bootstrap_servers(broker_url),
+        enable_auto_commit=False,
+        isolation_level="read_committed" if committed_only else "read_uncommitted",
     )
     await consumer.start()
     try:
@@ -264,6 +271,12 @@ async def read_topic(broker_url: str, topic: str) -> list[tuple[bytes | None, by
                 out.extend((r.key, r.value) for r in records)
                 if records and records[-1].offset + 1 >= ends[tp]:
                     remaining.discard(tp)
+            if committed_only:
+                # A transaction's commit marker takes the log's last offset and is never
+                # returned as a record: the position, past it, says a partition is read.
+                for tp in list(remaining):
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
         return out
     finally:
         await consumer.stop()

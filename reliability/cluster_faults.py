@@ -12,7 +12,7 @@ prefix, and every fault fires when a share of the stream's turns is stored:
   group gives its partitions to the other, which re-reads from the last commits;
 - the Redis primary holding the first slot SIGKILLed: its replica is promoted after the
   cluster's node timeout, the writers retry meanwhile (a moved slot is an outage to
-  ``streams/handling``), and the old primary comes back as a replica.
+  ``stores/stage``), and the old primary comes back as a replica.
 
 Audited from the stores like every row (reliability/audit.py): each turn stored once, each
 trigger consolidated, exactly the memories those triggers make.
@@ -29,7 +29,8 @@ from redis.asyncio import Redis
 
 from reliability.cluster import ROLES, Deployment
 from reliability.core import Context, Row
-from reliability.pipeline import Fault, run_pipeline, stream_file
+from reliability.pipeline import faults_label, run_pipeline, stream_file
+from reliability.progress import Fault
 from stores.real_clusters import (
     ClusterService,
     cluster_environment,
@@ -66,7 +67,7 @@ class ClusterDeployment(Deployment):
             process.stop()
 
 
-def _kill_broker(node: int) -> tuple[Fault, Fault]:
+def _kill_broker(node: int) -> list[Fault]:
     began: dict[str, float] = {}
 
     async def kill(deployment: Any) -> str:
@@ -78,10 +79,10 @@ def _kill_broker(node: int) -> tuple[Fault, Fault]:
         await asyncio.to_thread(deployment.kafka.run, "start", str(node))
         return f"Kafka node {node} started again after {time.monotonic() - began['at']:.0f} s"
 
-    return (0.3, kill), (0.6, back)
+    return [Fault(f"Kafka node {node} SIGKILLed", 0.3, kill, until=0.6, end=back)]
 
 
-def _kill_worker() -> tuple[Fault, Fault]:
+def _kill_worker() -> list[Fault]:
     async def second(deployment: Any) -> str:
         await asyncio.to_thread(deployment.start, "stream-2")
         return "a second worker joined the group"
@@ -90,10 +91,13 @@ def _kill_worker() -> tuple[Fault, Fault]:
         deployment["stream-2"].kill()
         return "SIGKILL the second worker (not restarted)"
 
-    return (0.0, second), (0.4, kill)
+    return [
+        Fault("a second worker joined", 0.0, second),
+        Fault("the second worker SIGKILLed", 0.4, kill),
+    ]
 
 
-def _kill_redis_primary() -> tuple[Fault, Fault]:
+def _kill_redis_primary() -> list[Fault]:
     victim: dict[str, int] = {}
 
     async def kill(deployment: Any) -> str:
@@ -105,7 +109,7 @@ def _kill_redis_primary() -> tuple[Fault, Fault]:
         await asyncio.to_thread(deployment.redis_service.run, "start", str(victim["port"]))
         return f"port {victim['port']} started again (it rejoins as a replica)"
 
-    return (0.4, kill), (0.8, back)
+    return [Fault("a Redis primary SIGKILLed", 0.4, kill, until=0.8, end=back)]
 
 
 ROWS = {
@@ -137,19 +141,20 @@ async def run_row(ctx: Context, label: str, faults: list[Fault], n: int) -> Row:
         f"{outcome.verdict.detail}." + ("" if outcome.settled else " NOT SETTLED.")
     )
     return Row(
-        label,
+        f"{label}: {faults_label(outcome.spans)}",
         n,
         lost=outcome.verdict.lost,
         duplicated=outcome.verdict.duplicated,
         errors=0 if outcome.settled else 1,
         note=note,
+        spans=tuple(outcome.spans),
     )
 
 
 async def run(ctx: Context, only: list[str] | None = None) -> list[Row]:
     n = 400 if ctx.quick else 3000
     return [
-        await run_row(ctx, label, list(faults), n)
+        await run_row(ctx, label, faults, n)
         for label, faults in ROWS.items()
         if only is None or label in only
     ]

@@ -3,7 +3,8 @@
 A fault family is a module with ``NAME`` and ``async def run(ctx) -> list[Row]``. A row
 names the fault, how much was sent at the system, and what came out wrong: lost,
 duplicated, errors (server errors, crashes, events that blocked). ``promised`` lists the
-columns that must be zero; any that is not fails the run.
+columns that must be zero; any that is not fails the run. A row that injects faults into a
+stream carries their spans: the turn counts each began and ended at (reliability/progress.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from reliability.progress import Span
 
 ZERO_COLUMNS = ("lost", "duplicated", "errors")
 
@@ -28,6 +31,7 @@ class Row:
     p99_ms: float | None = None
     promised: tuple[str, ...] = ZERO_COLUMNS
     note: str = ""
+    spans: tuple[Span, ...] = ()  # the faults as they ran: turns stored at begin and end
 
     @property
     def broken(self) -> list[str]:
@@ -94,6 +98,21 @@ def markdown(rows: list[Row], *, header: str, footer: str) -> str:
             f"| {row.fault} | {row.sent} | {' | '.join(cells)} | "
             f"{_cell(row.p99_ms, False)} | {verdict} |"
         )
+    windows = [(i, span) for i, row in enumerate(rows, 1) for span in row.spans]
+    if windows:
+        lines += [
+            "",
+            "When each fault ran, in turns stored of the row's stream (row = its line above):",
+            "",
+            "| row | fault | began at (turns stored) | over at (turns stored) | of | seconds |",
+            "| ---: | --- | ---: | ---: | ---: | ---: |",
+        ]
+        for i, span in windows:
+            over = "—" if span.ended_at is None else str(span.ended_at)
+            took = "—" if span.seconds is None else f"{span.seconds:.1f}"
+            lines.append(
+                f"| {i} | {span.what} | {span.started_at} | {over} | {span.total} | {took} |"
+            )
     notes = [f"- **{row.fault}**: {row.note}" for row in rows if row.note]
     if notes:
         lines += ["", "Notes:", "", *notes]

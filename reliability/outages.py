@@ -2,7 +2,7 @@
 the broker; the pipeline must converge to the state an undisturbed run reaches.
 
 - Valkey is stopped for a few seconds and started again from its AOF: the processors and
-  the consolidator wait the outage out (``streams/handling.with_retries``) and go on.
+  the consolidator wait the outage out (``stores/stage.with_retries``) and go on.
 - Qdrant, twice. Edge is an in-process engine, so Qdrant is unavailable for real exactly
   when the process that owns it is: that process (consolidator + RPC) is frozen with
   SIGSTOP, then SIGCONT. And, with no Qdrant server installable here, the suite's switch
@@ -17,6 +17,11 @@ the broker; the pipeline must converge to the state an undisturbed run reaches.
   processed are duplicates then; each re-sends its triggers not yet consolidated
   (``streams/memorize._resend_open_triggers``), so nothing in flight is lost.
 
+Each fault fires at a share of the stream's turns stored (reliability/progress.py), not at
+a second: Valkey at 15% (its length is seconds: no turn is stored while it is down), the
+owner frozen from 25% to 40%, Qdrant unreachable from 45% to 65% (and until a
+consolidation has met it), the broker at 80%; the row's label gives the shares reached.
+
 Audited like the crashes: every turn stored once, every trigger ever emitted consolidated,
 exactly the memories (uuid5 of tenant:user:key) those triggers make. An undisturbed run over
 the same file in a fresh deployment is the reference the note compares with; it is not a
@@ -27,12 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from pathlib import Path
 
 from reliability.audit import by_user
 from reliability.cluster import Deployment
 from reliability.core import Context, Row
-from reliability.pipeline import Fault, replay, run_pipeline, stream_file
+from reliability.pipeline import faults_label, replay, run_pipeline, stream_file
+from reliability.progress import Fault
 
 NAME = "outages"
 RETRIES = "memstream_retries_total"
@@ -40,52 +46,58 @@ QDRANT_DOWN = "qdrant-down"  # under the deployment's root: see reliability/role
 
 
 def _valkey(outage_s: float) -> Fault:
-    async def fault(deployment: Deployment) -> str:
+    # A point, its length in seconds: while Valkey is down no turn can be stored, so a
+    # window measured in turns stored would never close.
+    async def stop_start(deployment: Deployment) -> str:
         await asyncio.to_thread(deployment.restart_redis, outage_s)
         return f"Valkey down {outage_s:.0f} s, restarted from its AOF"
 
-    return (0.2, fault)
+    return Fault("Valkey stopped, restarted from its AOF", 0.15, stop_start)
 
 
-def _qdrant(outage_s: float) -> Fault:
-    async def fault(deployment: Deployment) -> str:
+def _qdrant() -> Fault:
+    async def freeze(deployment: Deployment) -> str:
         deployment["memory"].pause()
-        await asyncio.sleep(outage_s)
+        return "SIGSTOP the consolidator + RPC process"
+
+    async def thaw(deployment: Deployment) -> str:
         deployment["memory"].resume()
-        return f"Qdrant Edge's owner (consolidator + RPC) frozen {outage_s:.0f} s"
+        return "SIGCONT"
 
-    return (0.45, fault)
+    return Fault("Qdrant Edge's owner (consolidator + RPC) frozen", 0.25, freeze, 0.4, thaw)
 
 
-def _qdrant_unreachable(outage_s: float, seen: dict[str, float]) -> Fault:
-    async def fault(deployment: Deployment) -> str:
+def _qdrant_unreachable(seen: dict[str, float]) -> Fault:
+    async def switch_on(deployment: Deployment) -> str:
         memory = deployment["memory"]
-        before = memory.metric(RETRIES, stage="consolidate", kind="outage")
-        dlq_before = memory.metric("memstream_dlq_total", stage="consolidate")
-        down = deployment.root / QDRANT_DOWN
-        down.touch()
-        began = time.monotonic()
-        # Down for outage_s at least, and until a consolidation has hit it (at most 60 s):
-        # an outage nobody needed the store during tests nothing.
-        await asyncio.sleep(outage_s)
+        seen["retries_before"] = memory.metric(RETRIES, stage="consolidate", kind="outage")
+        seen["dlq_before"] = memory.metric("memstream_dlq_total", stage="consolidate")
+        (deployment.root / QDRANT_DOWN).touch()
+        return "the suite's switch fails every long-term call of the running consolidator"
+
+    async def switch_off(deployment: Deployment) -> str:
+        memory = deployment["memory"]
+        # Down until its share of the stream has passed AND a consolidation has hit it (at
+        # most 60 s more): an outage nobody needed the store during tests nothing.
         for _ in range(120):
-            if memory.metric(RETRIES, stage="consolidate", kind="outage") > before:
+            if memory.metric(RETRIES, stage="consolidate", kind="outage") > seen["retries_before"]:
                 break
             await asyncio.sleep(0.5)
-        down.unlink()
-        seen["retries"] = memory.metric(RETRIES, stage="consolidate", kind="outage") - before
-        seen["dlq"] = memory.metric("memstream_dlq_total", stage="consolidate") - dlq_before
+        (deployment.root / QDRANT_DOWN).unlink()
+        seen["retries"] = (
+            memory.metric(RETRIES, stage="consolidate", kind="outage") - seen["retries_before"]
+        )
+        seen["dlq"] = memory.metric("memstream_dlq_total", stage="consolidate") - seen["dlq_before"]
         return (
-            f"Qdrant unreachable to the running consolidator for {time.monotonic() - began:.0f} s "
-            f"(the suite's switch): /metrics counted {seen['retries']:.0f} outage retries, "
+            f"switched off: /metrics counted {seen['retries']:.0f} outage retries, "
             f"{seen['dlq']:.0f} dead letters"
         )
 
-    return (0.55, fault)
+    return Fault("Qdrant unreachable", 0.45, switch_on, 0.65, switch_off)
 
 
-def _broker(path_holder: list[object]) -> Fault:
-    async def fault(deployment: Deployment) -> str:
+def _broker(path: Path) -> Fault:
+    async def restart(deployment: Deployment) -> str:
         assert deployment.broker is not None
         port = deployment.broker.port
         deployment.broker.stop()
@@ -98,13 +110,13 @@ def _broker(path_holder: list[object]) -> Fault:
         deployment.restart_broker(port)
         for name in ("stream", "memory"):
             await asyncio.to_thread(deployment[name].restart)
-        sent = await replay(deployment, path_holder[0])  # type: ignore[arg-type]
+        sent = await replay(deployment, path)
         return (
             f"broker restarted empty, memstream's processes killed while it was down and "
             f"started again, the source file replayed ({sent} events)"
         )
 
-    return (0.7, fault)
+    return Fault("broker restarted empty, source file replayed", 0.8, restart)
 
 
 async def run(ctx: Context) -> list[Row]:
@@ -133,9 +145,9 @@ async def run(ctx: Context) -> list[Row]:
             events,
             [
                 _valkey(3 if ctx.quick else 5),
-                _qdrant(5 if ctx.quick else 10),
-                _qdrant_unreachable(5 if ctx.quick else 10, seen),
-                _broker([path]),
+                _qdrant(),
+                _qdrant_unreachable(seen),
+                _broker(path),
             ],
             settle_timeout_s=timeout,
         )
@@ -182,11 +194,12 @@ async def run(ctx: Context) -> list[Row]:
     )
     return [
         Row(
-            "outages: Valkey restart, Qdrant owner frozen, broker restart + replay",
+            f"outages: {faults_label(outcome.spans)}",
             n,
             lost=lost,
             duplicated=duplicated,
             errors=(0 if outcome.settled and base.settled else 1) + outage_unseen,
             note=note,
+            spans=tuple(outcome.spans),
         )
     ]

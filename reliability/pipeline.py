@@ -1,16 +1,15 @@
 """One run of the whole pipeline over a generated stream, with faults injected mid-stream.
 
 The stream is ``bench.generate`` (customer-service sessions whose issues recur, so triggers
-and consolidations happen). Faults fire when a share of the stream's turns is stored; then
+and consolidations happen). Faults fire when a share of the stream's turns is stored
+(reliability/progress.py), each recorded with the turn counts it began and ended at; then
 the run waits for the pipeline to settle, stops the memory process (so its Edge shard can
 be read) and audits what is stored against what was sent.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,7 @@ from reliability.audit import (
     with_archive,
 )
 from reliability.cluster import Deployment
-
-# (share of turns stored, what to do then); the callable returns a line for the report.
-Fault = tuple[float, Callable[[Deployment], Awaitable[str]]]
+from reliability.progress import Fault, Span, fire
 
 
 def stream_file(root: Path, n: int, seed: int = 11) -> tuple[Path, list[dict[str, Any]]]:
@@ -55,6 +52,12 @@ class Outcome:
     settled: bool
     seconds: float
     log: list[str] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+
+
+def faults_label(spans: list[Span]) -> str:
+    """The faults of a row as they ran, for its label: ``A at 25%...; B from 50% to 60%...``."""
+    return "; ".join(span.label for span in spans)
 
 
 async def replay(deployment: Deployment, path: Path) -> int:
@@ -73,7 +76,8 @@ async def run_pipeline(
     settle_timeout_s: float,
     poll_s: float = 0.5,
 ) -> Outcome:
-    """Start ``stream`` + ``memory``, replay, fire ``faults`` in order, settle, audit."""
+    """Start ``stream`` + ``memory``, replay, fire ``faults`` at their shares of the turns
+    stored, settle, audit."""
     started = time.monotonic()
     expected = by_user(events)
     users = list(expected)
@@ -81,20 +85,20 @@ async def run_pipeline(
     deployment.start("stream")
     deployment.start("memory")
     await replay(deployment, path)
-    log: list[str] = []
-    for share, fault in sorted(faults, key=lambda f: f[0]):
-        want = int(share * len(events))
-        while await stored_turns(deployment, users) < want:
-            if time.monotonic() - started > settle_timeout_s:
-                break
-            await asyncio.sleep(poll_s)
-        stored = await stored_turns(deployment, users)
-        line = await fault(deployment)
-        log.append(f"at {stored}/{len(events)} turns stored: {line}")
+    spans = await fire(
+        faults,
+        deployment,
+        len(events),
+        lambda: stored_turns(deployment, users),
+        deadline=started + settle_timeout_s,
+        poll_s=poll_s,
+    )
+    log = [f"{span.what} [{span.counts}]: {', then '.join(span.lines)}" for span in spans]
     remaining = max(30.0, settle_timeout_s - (time.monotonic() - started))
     snap = await wait_settled(deployment, expected, remaining)
     deployment["memory"].stop()
     snap = await with_archive(snap, deployment.root / "memory", users)
     settled = len(snap.turn_ids) >= len(events) and len(snap.triggers) == len(snap.triggers_done)
     snap.memories = await read_memories(deployment.root / "memory", users)
-    return Outcome(snap, judge(snap, expected), settled, time.monotonic() - started, log)
+    verdict = judge(snap, expected)
+    return Outcome(snap, verdict, settled, time.monotonic() - started, log, spans)

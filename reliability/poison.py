@@ -17,7 +17,7 @@ from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row
 from reliability.shared import service
-from rpc.publisher import EventPublisher
+from stores.broker import EventPublisher
 
 NAME = "poison"
 USER = "poison-user"
@@ -77,7 +77,7 @@ async def run(ctx: Context) -> list[Row]:
         f"poison on memstream.encoded between two good events of the same user: "
         f"dead-lettered {len(poisoned)}x by memorize (reason: {reason}); the event behind it "
         f"{'was' if after_ok else 'was NOT'} memorized {waited:.1f} s after the poison was sent"
-        " (3 tries with backoff, streams/handling.py)."
+        " (3 tries with backoff, stores/stage.py)."
     )
     return [
         Row(

@@ -9,7 +9,8 @@ installable here, the long-term store is Edge, in process, and "Qdrant down" wou
 "this process down". With ``RELIABILITY_QDRANT_DOWN_FILE`` set, every long-term call made
 while that file exists fails exactly as qdrant-client fails against a server that does not
 answer (``ResponseHandlingException`` around an ``httpx.ConnectError``), so the outage path
-of the real consolidator and its metrics run unchanged. Nothing outside the suite sets it.
+of the real consolidator and its metrics run unchanged. The store comes in through
+``run_process``'s ``open_store`` seam (off by default). Nothing outside the suite sets it.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ from __future__ import annotations
 import logging.config
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-import memstream.wiring
 from memstream.logs import logging_config
 from memstream.runtime import run_process
-from memstream.settings import Settings
-from memstream.wiring import ALL_ROLES, Role
+from memstream.settings import QdrantSettings, Settings
+from memstream.wiring import ALL_ROLES, LongTermOpener, Role
 from stores.longterm import LongTermStore, open_longterm
 
 
@@ -52,9 +51,12 @@ class SwitchableLongTerm:
         return call
 
 
-def _switchable(open_longterm: Callable[..., LongTermStore], down_file: Path) -> Any:
-    def opened(*args: Any, **kwargs: Any) -> Any:
-        return SwitchableLongTerm(open_longterm(*args, **kwargs), down_file)
+def switchable_opener(down_file: Path) -> LongTermOpener:
+    """``open_longterm``, its store wrapped in a ``SwitchableLongTerm`` on ``down_file``."""
+
+    def opened(settings: QdrantSettings, data_dir: Path) -> LongTermStore:
+        # The wrapper forwards every attribute: it is the store's Protocol by delegation.
+        return cast(LongTermStore, SwitchableLongTerm(open_longterm(settings, data_dir), down_file))
 
     return opened
 
@@ -66,12 +68,10 @@ def main(argv: list[str]) -> int:
         return 2
     settings = Settings()
     down_file = os.environ.get("RELIABILITY_QDRANT_DOWN_FILE")
-    if down_file:
-        # wiring looks ``open_longterm`` up when it builds the process's dependencies
-        memstream.wiring.open_longterm = _switchable(open_longterm, Path(down_file))  # type: ignore[attr-defined]
+    opener = switchable_opener(Path(down_file)) if down_file else open_longterm
     logging.config.dictConfig(logging_config(settings.log_level))
     chosen: frozenset[Role] = roles
-    return run_process(settings, chosen)
+    return run_process(settings, chosen, open_store=opener)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 import logging
 
-from rpc.publisher import EventPublisher
 from schemas import Feedback
+from stores.broker import EventPublisher
 
 log = logging.getLogger("memstream.rpc")
 

@@ -28,7 +28,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_API_KEY, Settings
 from rpc.feedback import FeedbackSink
-from rpc.publisher import EventPublisher
 from rpc.retrieval import Retriever
 from schemas import (
     AddEventsRequest,
@@ -41,7 +40,8 @@ from schemas import (
     RetrieveResponse,
 )
 from schemas.rpc import ErrorBody, ForgetResponse, MemoryPage
-from streams.control import forget_user
+from stores.broker import EventPublisher
+from stores.forget import forget_user
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$"  # schemas.common.Identifier's
 UserPath = Annotated[

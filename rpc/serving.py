@@ -11,9 +11,9 @@ from fastapi import FastAPI
 from memstream.metrics import Metrics
 from memstream.settings import Settings
 from rpc.feedback import FeedbackSink
-from rpc.publisher import EventPublisher
 from rpc.retrieval import QueryEncoder, Retriever
 from rpc.server import ApiDeps, create_api
+from stores.broker import EventPublisher
 from stores.encoder import OnnxEncoder
 from stores.longterm import LongTermStore
 from stores.redis_state import RedisState

@@ -37,7 +37,8 @@ from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import turn_text
 from schemas import StoredTurn
 from stores.longterm import LongTermStore
-from stores.redis_state import RedisState, TurnWithVector
+from stores.redis_state import TurnWithVector
+from stores.short_term import ShortTermState
 
 ARCHIVE_PAGE = 1024
 # Bytes per turn beyond its vector and text: the StoredTurn, its rendered line, postings
@@ -184,7 +185,7 @@ class TurnIndex:
 
     def __init__(
         self,
-        state: RedisState,
+        state: ShortTermState,
         *,
         dim: int,
         archive: LongTermStore | None = None,

@@ -47,7 +47,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
+from typing import TypedDict, Unpack
 
 import numpy as np
 from redis.asyncio import Redis
@@ -78,6 +79,12 @@ DAY_S = 86_400
 # each distinct serialised value once (content-addressed, so never stale; values are frozen).
 _decode_cluster = lru_cache(maxsize=16_384)(cluster_from_bytes)
 _decode_signal = lru_cache(maxsize=16_384)(signal_from_bytes)
+
+
+def _text(value: object) -> str:
+    """A member or field as text: the client answers bytes (no ``decode_responses``), which
+    redis-py's types cannot tell from str (or, for some commands, from score pairs)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def user_tag(tenant_id: str, user_id: str) -> str:
@@ -118,6 +125,17 @@ class UserUpdate:
     keys: dict[str, KeyState] = field(default_factory=dict)
 
 
+class StateOptions(TypedDict, total=False):
+    """``RedisState``'s settings, as ``from_url`` passes them on."""
+
+    prefix: str
+    tombstone_prefix: str | None
+    ttl_days: float
+    max_turns: int
+    processed_ttl_days: float
+    cluster_cache_users: int
+
+
 class RedisState:
     def __init__(
         self,
@@ -145,10 +163,10 @@ class RedisState:
         self.cluster_cache_misses = 0
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: object) -> RedisState:
+    def from_url(cls, url: str, **options: Unpack[StateOptions]) -> RedisState:
         """``redis://`` (one server) or ``redis+cluster://`` (stores/redis_client.py)."""
         client = async_redis(url)
-        return cls(client, transactions=SlotTransactions(client, url), **kwargs)  # type: ignore[arg-type]
+        return cls(client, transactions=SlotTransactions(client, url), **options)
 
     def _key(self, tenant_id: str, user_id: str, *parts: str) -> str:
         return ":".join((self.prefix, user_tag(tenant_id, user_id), *parts))
@@ -163,7 +181,7 @@ class RedisState:
     # -- memorize: read, then write atomically -------------------------------------------
 
     async def load_user(self, tenant_id: str, user_id: str, event_id: str) -> UserSnapshot:
-        k = lambda *p: self._key(tenant_id, user_id, *p)  # noqa: E731
+        k = partial(self._key, tenant_id, user_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.exists(k("seen", event_id))
         pipe.hmget(k("meta"), "cgen", "cver")
@@ -192,7 +210,7 @@ class RedisState:
         """What leaves the hot tier as ``turn`` is written (``memory.hot_tier``), and whether
         ``turn`` was on the timeline already. Read before the transaction: memorize is the
         user's one writer, so nothing changes in between."""
-        k = lambda *p: self._key(tenant_id, user_id, *p)  # noqa: E731
+        k = partial(self._key, tenant_id, user_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(k("meta"), "newest")
         pipe.zcard(k("timeline"))
@@ -256,7 +274,7 @@ class RedisState:
 
     async def apply(self, tenant_id: str, user_id: str, update: UserUpdate) -> None:
         """One transaction: the turn, the indexes, the cluster, the keys and the seen mark."""
-        k = lambda *p: self._key(tenant_id, user_id, *p)  # noqa: E731
+        k = partial(self._key, tenant_id, user_id)
         turn = update.turn
         ts = turn.ts.timestamp()
         turn_key = k("turn", turn.event_id)
@@ -384,6 +402,7 @@ class RedisState:
     ) -> None:
         key = self._key(tenant_id, user_id, "etrig", event_id)
         pipe = await self.transactions.pipeline(key)
+        # redis-py types ``mapping`` with an invariant key type that no dict[str, ...] meets.
         pipe.hset(key, mapping=triggers)  # type: ignore[arg-type]
         pipe.expire(key, self.processed_ttl_s)
         await self.transactions.execute(pipe)
@@ -391,6 +410,7 @@ class RedisState:
     async def open_event_triggers(self, tenant_id: str, user_id: str, event_id: str) -> list[bytes]:
         """The triggers ``event_id`` emitted that are not consolidated yet."""
         key = self._key(tenant_id, user_id, "etrig", event_id)
+        # bytes: the client does not decode responses (redis-py types them bytes | str).
         raw: dict[bytes, bytes] = await self.redis.hgetall(key)  # type: ignore[assignment]
         if not raw:
             return []
@@ -432,7 +452,9 @@ class RedisState:
         pipe = self.redis.pipeline(transaction=False)
         for phrase in phrases:
             pipe.sadd(own, phrase)
-        pipe.expire(own, self.ttl_s)
+        # No TTL: a wall-clock expiry of the user's own set would let a replay after it count
+        # the user again, so the same log would give other counts (and salience) later.
+        # delete_user removes it with the user's other keys.
         added = (await pipe.execute())[: len(phrases)]
         new = [p for p, a in zip(phrases, added, strict=True) if a]
         if new:
@@ -442,7 +464,7 @@ class RedisState:
             await pipe.execute()
 
     async def users(self) -> list[str]:
-        return sorted(u.decode() for u in await self.redis.smembers(f"{self.prefix}:users"))
+        return sorted(_text(u) for u in await self.redis.smembers(f"{self.prefix}:users"))
 
     async def count_turns(self, tenant_id: str, user_id: str) -> int:
         """Turns memorize wrote for the user: hot, or gone on to the archive."""
@@ -459,24 +481,28 @@ class RedisState:
         raw = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tall")
         return int(raw or 0)
 
+    async def newest_event(self, tenant_id: str, user_id: str) -> float | None:
+        raw = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "newest")
+        return float(raw) if raw is not None else None
+
     # -- retrieval's turn index and forgetting (the RPC) -----------------------------------
 
     async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None:
         """A token that changes whenever a turn is written (None: none ever was, or forgotten)."""
-        token: bytes | None = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tver")
-        return token
+        token = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tver")
+        return token.encode() if isinstance(token, str) else token
 
     async def timeline_since(self, tenant_id: str, user_id: str, ts: float) -> list[str]:
         """The timeline's ids stamped at or after ``ts`` (epoch seconds), oldest first."""
         ids = await self.redis.zrangebyscore(
             self._key(tenant_id, user_id, "timeline"), repr(float(ts)), "+inf"
         )
-        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+        return [_text(i) for i in ids]
 
     async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
         """Every short-term turn id on the user's timeline, oldest first."""
         ids = await self.redis.zrange(self._key(tenant_id, user_id, "timeline"), 0, -1)
-        return [i.decode() for i in ids]
+        return [_text(i) for i in ids]
 
     async def turns_state(self, tenant_id: str, user_id: str) -> tuple[bytes | None, int]:
         """``turns_version`` and ``turns_written`` in one read."""

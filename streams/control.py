@@ -10,40 +10,19 @@ changes nothing. ``pin_memory`` is left to the consolidation workers.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from functools import partial
 
 import faust
 
 from memstream.metrics import Metrics
 from schemas import Control
+from stores.broker import Topics
+from stores.forget import forget_user
 from stores.longterm import LongTermStore
 from stores.redis_state import RedisState
-from streams.app import Topics
-from streams.handling import DeadLetters, with_retries
+from stores.stage import Outcome, Received, Stage
 
 STAGE = "control"
-
-
-@dataclass(frozen=True)
-class Forgotten:
-    redis_keys_deleted: int
-    memories_deleted: int
-    turns_deleted: int = 0  # archived turns
-
-
-async def forget_user(
-    state: RedisState, longterm: LongTermStore, tenant_id: str, user_id: str, at: float
-) -> Forgotten:
-    """Tombstone first (so nothing new is memorized or archived meanwhile), then delete
-    everywhere: short-term turns, clusters, recurrence counters and pending triggers in
-    Redis, the user's memories and archived turns in the long-term store."""
-    await state.mark_forgotten(tenant_id, user_id, at)
-    keys = await state.delete_user(tenant_id, user_id)
-    memories = await longterm.delete_user(tenant_id, user_id)
-    turns = await longterm.delete_turns(tenant_id, user_id)
-    return Forgotten(keys, memories, turns)
 
 
 def register_control(
@@ -53,33 +32,16 @@ def register_control(
     longterm: LongTermStore,
     metrics: Metrics,
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.control)
+    stage = Stage(STAGE, topics.control, topics.dlq, metrics)
 
-    @app.agent(topics.control, name="memstream.control")
-    async def control(stream: faust.StreamT[bytes]) -> None:
-        async for message in stream.events():
-            started = time.perf_counter()
-            command = await dead_letters.decode(Control, message.key, message.value)
-            if command is None:
-                continue
-            if command.action != "forget_user":
-                metrics.events.labels(STAGE, "skipped").inc()
-                continue
-            try:
-                await with_retries(
-                    partial(
-                        forget_user,
-                        state,
-                        longterm,
-                        command.tenant_id,
-                        command.user_id,
-                        command.ts.timestamp(),
-                    ),
-                    stage=STAGE,
-                    metrics=metrics,
-                )
-            except Exception as exc:
-                await dead_letters.poison(exc, message.key, message.value)
-                continue
-            metrics.events.labels(STAGE, "ok").inc()
-            metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
+    async def handle(message: Received[Control]) -> Outcome:
+        command = message.value
+        if command.action != "forget_user":
+            return "skipped"
+        at = command.ts.timestamp()
+        await stage.retry(
+            partial(forget_user, state, longterm, command.tenant_id, command.user_id, at)
+        )
+        return "ok"
+
+    stage.per_message(app, Control, handle, agent="memstream.control")

@@ -10,8 +10,6 @@ never loses one.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -19,35 +17,25 @@ from functools import partial
 import faust
 import numpy as np
 
-from memory.cluster_describe import terms_of
 from memory.clustering import (
     ClusterParams,
     ClusterState,
-    MemoryIn,
     StepResult,
-    step,
     vectors_needed,
     with_descriptions,
 )
-from memory.recurrence import RecurrenceParams, TriggerSpec, TurnSignal, detect
-from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys
-from memory.turns import stored_turn
+from memory.memorize import decide_event, memory_in
+from memory.memorize import trigger_id as trigger_id
+from memory.recurrence import RecurrenceParams
+from memory.text import phrase_keys
 from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger
+from stores.broker import Topics
 from stores.redis_state import RedisState, UserUpdate
-from streams.app import Topics
-from streams.handling import DeadLetters, with_retries
+from stores.stage import Outcome, Received, Stage
 
 STAGE = "memorize"
-
-
-def trigger_id(tenant_id: str, user_id: str, spec: TriggerSpec) -> str:
-    """Deterministic: the same evidence always yields the same id, so replays dedup."""
-    digest = hashlib.sha256(
-        "\x1f".join((tenant_id, user_id, spec.key, spec.reason, *spec.turn_ids)).encode()
-    )
-    return digest.hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -78,7 +66,8 @@ class Memorizer:
 
     async def decide(self, encoded: EncodedEvent) -> Decision | None:
         """What this event changes, or None when it was already processed (or its user was
-        forgotten after it was stamped)."""
+        forgotten after it was stamped). Every read first, then ``memory.memorize``'s pure
+        ``decide_event``; only new cluster descriptions are embedded after it."""
         event = encoded.event
         tenant, user = event.tenant_id, event.user_id
         snapshot = await self.state.load_user(tenant, user, event.event_id)
@@ -86,71 +75,42 @@ class Memorizer:
             return None
         if snapshot.forgotten_at is not None and event.ts.timestamp() <= snapshot.forgotten_at:
             return None  # in flight (or replayed) when the user was forgotten: stays forgotten
-        now = event.ts.timestamp()
         vector = normalize(np.asarray(encoded.embedding, dtype=np.float32))
         phrases = tuple(phrase_keys(event.text))
-        salient = is_salient(event.text, await self._common_phrases(tenant, phrases))
-        pinned = event.metadata.pin or is_remember_request(event.text)
-        clustering = await self._cluster(
-            snapshot.clusters or ClusterState.empty(self.cluster_params),
-            MemoryIn(
-                event.event_id,
-                vector,
-                event.metadata.importance,
-                terms_of(event.text),
-                pinned,
-            ),
-            now,
-            tenant,
-            user,
+        common = await self._common_phrases(tenant, phrases)
+        clusters = snapshot.clusters or ClusterState.empty(self.cluster_params)
+        needed = vectors_needed(clusters, memory_in(event, vector), self.cluster_params)
+        vectors = await self.state.member_vectors(tenant, user, needed) if needed else {}
+        plan = decide_event(
+            event,
+            vector,
+            clusters,
+            snapshot.pending,
+            snapshot.keys,
+            common,
+            vectors,
+            event.ts.timestamp(),
+            cluster_params=self.cluster_params,
+            recurrence_params=self.recurrence_params,
+            window=self.window,
         )
-        entities = tuple(extract_entities(event.text))
-        signal = TurnSignal(
-            event_id=event.event_id,
-            session_id=event.session_id,
-            ts=now,
-            vector=vector,
-            entities=entities,
-            cluster_id=clustering.cluster_id,  # provisional (nearest) while buffered
-            salient=salient,
-            pinned=pinned,
-        )
-        detection = detect(signal, snapshot.pending, snapshot.keys, now, self.recurrence_params)
-        consumed = set(detection.consumed_turn_ids)
-        keep = salient and event.event_id not in consumed
-        still_pending = [p.event_id for p in snapshot.pending if p.event_id not in consumed]
-        # The window keeps the newest turns; the oldest fall out (they stay in short-term memory).
-        overflow = len(still_pending) + int(keep) - self.window
-        evicted = still_pending[:overflow] if overflow > 0 else []
-        triggers = [
-            RecurrenceTrigger(
-                trigger_id=trigger_id(tenant, user, spec),
-                tenant_id=tenant,
-                user_id=user,
-                key=spec.key,
-                reason=spec.reason,
-                score=spec.score,
-                turn_ids=list(spec.turn_ids),
-                importance=1.0 if pinned else event.metadata.importance,
-                ts=event.ts,
-            )
-            for spec in detection.triggers
-        ]
-        # The cluster at store time; members move on merge/split.
-        turn = stored_turn(event, cluster_id=clustering.cluster_id, entities=entities)
+        clustering = plan.clustering
+        described = clustering.maintenance.described if clustering.maintenance else ()
+        if described and self.embed is not None:
+            clustering = await self._describe(clustering, described)
         update = UserUpdate(
             event_id=event.event_id,
-            turn=turn,
+            turn=plan.turn,
             vector=vector,
-            pending_add=signal if keep else None,
-            pending_remove=[*consumed, *evicted],
+            pending_add=plan.signal if plan.keep else None,
+            pending_remove=plan.pending_remove,
             clusters=clustering.state,
             clusters_changed=clustering.changed,
             clusters_removed=clustering.removed,
             cluster_version=snapshot.cluster_version,
-            keys=detection.updated_keys,
+            keys=plan.keys,
         )
-        return Decision(tenant, user, triggers, update, clustering, phrases)
+        return Decision(tenant, user, list(plan.triggers), update, clustering, phrases)
 
     async def _common_phrases(self, tenant: str, phrases: tuple[str, ...]) -> frozenset[str]:
         """The turn's sentence fingerprints that many users of the tenant have said."""
@@ -160,24 +120,6 @@ class Memorizer:
         return frozenset(
             p for p, n in zip(phrases, users, strict=True) if n >= self.common_phrase_users
         )
-
-    async def _cluster(
-        self,
-        state: ClusterState,
-        memory: MemoryIn,
-        now: float,
-        tenant: str,
-        user: str,
-    ) -> StepResult:
-        """One step of the pure engine, with the I/O it may ask for around it."""
-        params = self.cluster_params
-        needed = vectors_needed(state, memory, params)
-        vectors = await self.state.member_vectors(tenant, user, needed) if needed else {}
-        result = step(state, memory, now, params, vectors)
-        described = result.maintenance.described if result.maintenance else ()
-        if described and self.embed is not None:
-            result = await self._describe(result, described)
-        return result
 
     async def _describe(self, result: StepResult, cluster_ids: Sequence[str]) -> StepResult:
         """Embeddings for clusters whose keyword descriptions changed."""
@@ -202,47 +144,30 @@ class Memorizer:
 def register_memorize(
     app: faust.App, topics: Topics, memorizer: Memorizer, metrics: Metrics
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.encoded)
+    stage = Stage(STAGE, topics.encoded, topics.dlq, metrics)
 
-    @app.agent(topics.encoded, name="memstream.memorize")
-    async def memorize(stream: faust.StreamT[bytes]) -> None:
-        async for message in stream.events():
-            started = time.perf_counter()
-            encoded = await dead_letters.decode(EncodedEvent, message.key, message.value)
-            if encoded is None:
-                continue
-            try:
-                decision = await with_retries(
-                    partial(memorizer.decide, encoded), stage=STAGE, metrics=metrics
-                )
-                if decision is None:
-                    metrics.events.labels(STAGE, "duplicate").inc()
-                    await with_retries(
-                        partial(
-                            _resend_open_triggers, memorizer.state, topics, message.key, encoded
-                        ),
-                        stage=STAGE,
-                        metrics=metrics,
-                    )
-                    continue
-                await with_retries(
-                    partial(_remember_triggers, memorizer.state, decision, encoded.event.event_id),
-                    stage=STAGE,
-                    metrics=metrics,
-                )
-                for trigger in decision.triggers:
-                    delivery = await topics.triggers.send(
-                        key=message.key, value=trigger.model_dump_json().encode()
-                    )
-                    await delivery  # delivered before the state says "processed"
-                    metrics.triggers.labels(trigger.reason).inc()
-                await with_retries(partial(memorizer.apply, decision), stage=STAGE, metrics=metrics)
-                _count_clustering(metrics, decision.clustering)
-            except Exception as exc:
-                await dead_letters.poison(exc, message.key, message.value)
-                continue
-            metrics.events.labels(STAGE, "ok").inc()
-            metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
+    async def handle(message: Received[EncodedEvent]) -> Outcome:
+        encoded = message.value
+        decision = await stage.retry(partial(memorizer.decide, encoded))
+        if decision is None:
+            await stage.retry(
+                partial(_resend_open_triggers, memorizer.state, topics, message.key, encoded)
+            )
+            return "duplicate"
+        await stage.retry(
+            partial(_remember_triggers, memorizer.state, decision, encoded.event.event_id)
+        )
+        for trigger in decision.triggers:
+            delivery = await topics.triggers.send(
+                key=message.key, value=trigger.model_dump_json().encode()
+            )
+            await delivery  # delivered before the state says "processed"
+            metrics.triggers.labels(trigger.reason).inc()
+        await stage.retry(partial(memorizer.apply, decision))
+        _count_clustering(metrics, decision.clustering)
+        return "ok"
+
+    stage.per_message(app, EncodedEvent, handle, agent="memstream.memorize")
 
 
 async def _remember_triggers(state: RedisState, decision: Decision, event_id: str) -> None:

@@ -15,7 +15,6 @@ check and the write (its delete would then have run before the turn arrived).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -27,10 +26,10 @@ from memory.turns import stored_turn
 from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent
+from stores.broker import Topics
 from stores.longterm import ArchivedTurn, LongTermStore
 from stores.redis_state import RedisState
-from streams.app import Topics
-from streams.handling import DeadLetters, with_retries
+from stores.stage import Received, Stage
 
 STAGE = "archive"
 
@@ -87,39 +86,27 @@ def register_archive(
     batch_size: int,
     within_s: float,
 ) -> None:
+    stage = Stage(STAGE, topics.encoded, topics.dlq, metrics)
+
+    async def archive_one(item: Received[EncodedEvent]) -> int:
+        return await worker.archive([item.value])
+
+    async def handle(batch: list[Received[EncodedEvent]]) -> int:
+        try:
+            await stage.retry(partial(worker.archive, [item.value for item in batch]))
+        except Exception:
+            # One bad turn must not keep its batch-mates out: retry them one by one.
+            return len(await stage.one_by_one(batch, archive_one, retry=True))
+        return len(batch)
+
     # Bad records are the memorize stage's to dead-letter; here they are only skipped, so
     # one bad message never lands in the DLQ twice.
-    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.encoded)
-
-    @app.agent(topics.encoded, name="memstream.archive")
-    async def archive(stream: faust.StreamT[bytes]) -> None:
-        # faust types StreamT without take_events (Stream has it).
-        async for batch in stream.take_events(batch_size, within=within_s):  # type: ignore[attr-defined]
-            started = time.perf_counter()
-            decoded: list[tuple[EncodedEvent, bytes | None, bytes]] = []
-            for message in batch:
-                try:
-                    encoded = EncodedEvent.model_validate_json(message.value)
-                except ValueError:
-                    metrics.events.labels(STAGE, "skipped").inc()
-                    continue
-                decoded.append((encoded, message.key, message.value))
-            if not decoded:
-                continue
-            turns = [e for e, _, _ in decoded]
-            failed = 0
-            try:
-                await with_retries(partial(worker.archive, turns), stage=STAGE, metrics=metrics)
-            except Exception:
-                # One bad turn must not keep its batch-mates out: retry them one by one.
-                for encoded, key, value in decoded:
-                    try:
-                        await with_retries(
-                            partial(worker.archive, [encoded]), stage=STAGE, metrics=metrics
-                        )
-                    except Exception as exc:
-                        failed += 1
-                        await dead_letters.poison(exc, key, value)
-            metrics.events.labels(STAGE, "ok").inc(len(decoded) - failed)
-            metrics.batch_size.labels(STAGE).observe(len(batch))
-            metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
+    stage.batched(
+        app,
+        EncodedEvent,
+        handle,
+        agent="memstream.archive",
+        batch_size=batch_size,
+        within_s=within_s,
+        invalid="skip",
+    )

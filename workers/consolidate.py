@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import faust
 import numpy as np
@@ -25,12 +26,12 @@ from memory.render import memory_text
 from memory.strength import StrengthParams, initial_strength
 from memstream.metrics import Metrics
 from schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
+from stores.broker import Topics
 from stores.encoder import OnnxEncoder
 from stores.llm import Consolidator, build_messages
 from stores.longterm import LongTermStore, memory_point_id
 from stores.redis_state import RedisState
-from streams.app import Topics
-from streams.handling import DeadLetters, with_retries
+from stores.stage import Received, Stage
 from workers.locks import UserLocks
 
 STAGE = "consolidate"
@@ -215,39 +216,34 @@ def register_consolidate(
     batch_size: int,
     within_s: float,
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics, stage=STAGE, source=topics.triggers)
+    stage = Stage(STAGE, topics.triggers, topics.dlq, metrics)
 
-    @app.agent(topics.triggers, name="memstream.consolidate")
-    async def consolidate(stream: faust.StreamT[bytes]) -> None:
-        async for batch in stream.take_events(batch_size, within=within_s):
-            started = time.perf_counter()
-            triggers: list[RecurrenceTrigger] = []
-            raw_by_id: dict[str, tuple[bytes | None, bytes]] = {}
-            for message in batch:
-                trigger = await dead_letters.decode(RecurrenceTrigger, message.key, message.value)
-                if trigger is None:
-                    continue
-                triggers.append(trigger)
-                raw_by_id[trigger.trigger_id] = (message.key, message.value)
-            jobs = fold_triggers(triggers)
-            results = await asyncio.gather(
-                *(
-                    with_retries(lambda j=job: worker.run_job(j), stage=STAGE, metrics=metrics)
-                    for job in jobs
-                ),
-                return_exceptions=True,
-            )
-            for job, result in zip(jobs, results, strict=True):
-                if isinstance(result, BaseException):
-                    for trigger_id in job.trigger_ids:
-                        key, value = raw_by_id[trigger_id]
-                        await dead_letters.poison(result, key, value)
-                    continue
-                metrics.events.labels(STAGE, "ok").inc(len(job.trigger_ids))
-                if result is not None:
-                    await topics.consolidated.send(
-                        key=f"{job.tenant_id}:{job.user_id}".encode(),
-                        value=result.model_dump_json().encode(),
-                    )
-            metrics.batch_size.labels(STAGE).observe(len(batch))
-            metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
+    async def run(job: Job) -> ConsolidatedMemory | None:
+        return await stage.retry(partial(worker.run_job, job))
+
+    async def handle(batch: list[Received[RecurrenceTrigger]]) -> int:
+        by_id = {item.value.trigger_id: item for item in batch}
+        jobs = fold_triggers([item.value for item in batch])
+        results = await asyncio.gather(*(run(job) for job in jobs), return_exceptions=True)
+        handled = 0
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, BaseException):
+                for trigger_id in job.trigger_ids:
+                    await stage.poison(result, by_id[trigger_id])
+                continue
+            handled += len(job.trigger_ids)
+            if result is not None:
+                await topics.consolidated.send(
+                    key=f"{job.tenant_id}:{job.user_id}".encode(),
+                    value=result.model_dump_json().encode(),
+                )
+        return handled
+
+    stage.batched(
+        app,
+        RecurrenceTrigger,
+        handle,
+        agent="memstream.consolidate",
+        batch_size=batch_size,
+        within_s=within_s,
+    )

@@ -8,8 +8,6 @@ next run retries. A claimed reminder is never sent again, whatever the number of
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,13 +17,13 @@ import faust
 from memory.reminders import due_reminders
 from memstream.metrics import Metrics
 from schemas import Reminder
+from stores.broker import Topics
 from stores.longterm import LongTermStore
 from stores.redis_state import RedisState
-from streams.app import Topics
+from stores.stage import periodic
 
 STAGE = "reminders"
 SCAN_PAGE = 256
-log = logging.getLogger("memstream.workers")
 
 Send = Callable[[Reminder], Awaitable[None]]
 
@@ -71,14 +69,7 @@ def register_reminders(
         )
         await delivery
 
-    @app.timer(interval=every_s, name="memstream.reminders")
-    async def reminders() -> None:
-        started = time.perf_counter()
-        try:
-            sent = await worker.emit_due(datetime.now(UTC), send)
-        except Exception:  # a periodic job must outlive a bad run; the next one retries
-            log.exception("reminder run failed")
-            metrics.events.labels(STAGE, "error").inc()
-            return
-        metrics.events.labels(STAGE, "ok").inc(sent)
-        metrics.stage_latency.labels(STAGE).observe(time.perf_counter() - started)
+    async def emit() -> int:
+        return await worker.emit_due(datetime.now(UTC), send)
+
+    periodic(app, metrics, emit, stage=STAGE, every_s=every_s, name="memstream.reminders")

@@ -3,13 +3,15 @@
 The rules (x1.2 per use, x0.99 per interval, floor 0.1, idempotent under redelivery and
 repeated runs) are ``memory.strength``'s; this module reads memories, applies them under
 the user's lock and rewrites the memories in place (their vectors do not change).
+
+Decay runs on the wall clock's schedule but counts in event time: a user's memories decay
+up to that user's newest event, so a replay of an old log stores the strengths the live
+stream did, and a user who has said nothing since is not aged by the calendar.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -19,15 +21,15 @@ import faust
 from memory.strength import StrengthParams, boost_all, decayed
 from memstream.metrics import Metrics
 from schemas import ConsolidatedMemory, Feedback
+from stores.broker import Topics
 from stores.longterm import LongTermStore
-from streams.app import Topics
-from streams.handling import DeadLetters, with_retries
+from stores.short_term import ShortTermState
+from stores.stage import Outcome, Received, Stage, periodic
 from workers.locks import UserLocks
 
 FEEDBACK_STAGE = "feedback"
 DECAY_STAGE = "decay"
 SCAN_PAGE = 256
-log = logging.getLogger("memstream.workers")
 
 
 def feedback_id(feedback: Feedback) -> str:
@@ -40,6 +42,7 @@ def feedback_id(feedback: Feedback) -> str:
 @dataclass
 class StrengthWorker:
     longterm: LongTermStore
+    state: ShortTermState
     locks: UserLocks
     params: StrengthParams
 
@@ -57,8 +60,9 @@ class StrengthWorker:
                 await self.longterm.rewrite(changed)
         return len(changed)
 
-    async def decay_all(self, now: datetime) -> int:
-        """Decay every stored memory up to ``now``; how many changed (0 on a repeated run)."""
+    async def decay_all(self) -> int:
+        """Decay every stored memory up to its user's newest event; how many changed (0 on a
+        repeated run)."""
         changed = 0
         offset: str | None = None
         while True:
@@ -67,7 +71,10 @@ class StrengthWorker:
             for memory in page:
                 by_user.setdefault((memory.tenant_id, memory.user_id), []).append(memory.memory_id)
             for (tenant, user), ids in by_user.items():
-                changed += await self._decay_user(tenant, user, ids, now)
+                newest = await self.state.newest_event(tenant, user)
+                if newest is not None:
+                    now = datetime.fromtimestamp(newest, UTC)
+                    changed += await self._decay_user(tenant, user, ids, now)
             if offset is None:
                 return changed
 
@@ -93,33 +100,15 @@ def register_strength(
     *,
     decay_every_s: float,
 ) -> None:
-    dead_letters = DeadLetters(topics.dlq, metrics, stage=FEEDBACK_STAGE, source=topics.feedback)
+    stage = Stage(FEEDBACK_STAGE, topics.feedback, topics.dlq, metrics)
 
-    @app.agent(topics.feedback, name="memstream.feedback")
-    async def feedback(stream: faust.StreamT[bytes]) -> None:
-        async for message in stream.events():
-            started = time.perf_counter()
-            parsed = await dead_letters.decode(Feedback, message.key, message.value)
-            if parsed is None:
-                continue
-            try:
-                await with_retries(
-                    partial(worker.apply_feedback, parsed), stage=FEEDBACK_STAGE, metrics=metrics
-                )
-            except Exception as exc:
-                await dead_letters.poison(exc, message.key, message.value)
-                continue
-            metrics.events.labels(FEEDBACK_STAGE, "ok").inc()
-            metrics.stage_latency.labels(FEEDBACK_STAGE).observe(time.perf_counter() - started)
+    async def handle(message: Received[Feedback]) -> Outcome:
+        await stage.retry(partial(worker.apply_feedback, message.value))
+        return "ok"
 
-    @app.timer(interval=decay_every_s, name="memstream.decay")
-    async def decay() -> None:
-        started = time.perf_counter()
-        try:
-            changed = await worker.decay_all(datetime.now(UTC))
-        except Exception:  # a periodic job must outlive a bad run; the next one catches up
-            log.exception("decay run failed")
-            metrics.events.labels(DECAY_STAGE, "error").inc()
-            return
-        metrics.events.labels(DECAY_STAGE, "ok").inc(changed)
-        metrics.stage_latency.labels(DECAY_STAGE).observe(time.perf_counter() - started)
+    stage.per_message(app, Feedback, handle, agent="memstream.feedback")
+
+    async def decay() -> int:
+        return await worker.decay_all()
+
+    periodic(app, metrics, decay, stage=DECAY_STAGE, every_s=decay_every_s, name="memstream.decay")

@@ -9,7 +9,9 @@
 #
 # memstream then runs with MEMSTREAM_KAFKA__BROKER="$(deploy/kafka/cluster.sh url)",
 # MEMSTREAM_KAFKA__REPLICATION_FACTOR=3 (min.insync.replicas=2 is the brokers' default
-# below, so with acks=all a write survives the loss of any one node).
+# below, so with acks=all a write survives the loss of any one node) and
+# MEMSTREAM_KAFKA__PROCESSING_GUARANTEE=at_least_once (the transactions below work, but
+# faust's exactly_once measured slower and not duplicate-free: make delivery, BENCHMARKS.md).
 #
 # Environment: KAFKA_CLUSTER_DIR (data, logs, pids; default .memstream/cluster/kafka),
 # KAFKA_BASE_PORT (brokers listen on BASE+1..3, controllers on BASE+11..13; default 19090),
@@ -185,5 +187,5 @@ case "${1:-}" in
   topics) shift; java_cmd org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap)" "$@" ;;
   groups) shift; java_cmd org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
     --bootstrap-server "$(bootstrap)" "$@" ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

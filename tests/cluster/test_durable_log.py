@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from memstream.demo import SAMPLE_STREAM
 from memstream.replay import handled_events
 from memstream.settings import QdrantSettings, Settings
-from rpc.publisher import bootstrap_servers
 from schemas import InteractionEvent
+from stores.broker import bootstrap_servers
 from stores.real_clusters import on_clusters
 from tests.integration.process import MemstreamProcess, settings_env, with_free_port
 from tests.integration.test_rebuild import (

@@ -29,7 +29,6 @@ from memstream.metrics import Metrics
 from memstream.settings import Settings, hash_api_key
 from rpc.client import AsyncMemoryClient, MemstreamError
 from rpc.feedback import FeedbackSink
-from rpc.publisher import EventPublisher, bootstrap_servers
 from rpc.retrieval import QueryEncoder, Retriever
 from rpc.server import ApiDeps, create_api
 from schemas import (
@@ -41,6 +40,7 @@ from schemas import (
     InteractionEvent,
     StoredTurn,
 )
+from stores.broker import EventPublisher, bootstrap_servers
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.longterm import ArchivedTurn, memory_point_id

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import random
 import shutil
+import threading
+import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Encoding
 
+import stores.encoder
+from bench.generate import generate_events
 from memstream.settings import EncoderSettings
-from stores.encoder import DEFAULT_TOKENIZER_PATH, EncoderError, OnnxEncoder
+from stores.encoder import DEFAULT_TOKENIZER_PATH, EncoderError, FloatArray, OnnxEncoder
 
 ORDER = "Where is my order A-10293?"
 PARAPHRASE = "Has my package A-10293 shipped yet?"
@@ -21,7 +28,7 @@ LONG = " ".join(["My blender arrived with a cracked jug and I would like a refun
 @pytest.fixture(scope="module")
 def encoder() -> OnnxEncoder:
     # Loading (hash + graph optimisation) is the slow part: once per module.
-    return OnnxEncoder.from_settings(EncoderSettings(batch_size=4))
+    return OnnxEncoder.from_settings(EncoderSettings(run_texts=4))
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -77,6 +84,148 @@ def test_concurrent_encode_matches_serial(encoder: OnnxEncoder) -> None:
         results = list(pool.map(lambda _: encoder.encode(texts), range(4)))
     for got in results:
         assert np.abs(got - expected).max() < 1e-5
+
+
+# -- the encoding service: one run at a time, batched across callers, queries first -------
+
+TEXTS = [e["text"] for e in generate_events(120, seed=5, tenant="t")] + ["", "ok", LONG]
+
+
+@pytest.fixture(scope="module")
+def reference() -> bytes:
+    """Every text encoded alone, no cache: the bytes any batching must reproduce."""
+    alone = OnnxEncoder.from_settings(EncoderSettings(run_texts=1, cache_size=0))
+    return b"".join(alone.encode([t]).tobytes() for t in TEXTS)
+
+
+@pytest.mark.parametrize(
+    ("run_texts", "run_tokens", "threads"),
+    [(1, 2048, 1), (3, 2048, 2), (32, 10**6, 1), (64, 300, 2)],
+)
+def test_same_bytes_whatever_the_batching(
+    reference: bytes, run_texts: int, run_tokens: int, threads: int
+) -> None:
+    """Issue 14: identical vectors whatever the batch sizes, call sizes, thread counts and
+    batch-mates (texts of other token lengths are padded beside each other)."""
+    settings = EncoderSettings(
+        run_texts=run_texts, run_tokens=run_tokens, threads=threads, cache_size=0
+    )
+    enc = OnnxEncoder.from_settings(settings)
+    rng = random.Random(run_texts)
+    order = list(range(len(TEXTS)))
+    rng.shuffle(order)
+    got = np.empty((len(TEXTS), enc.dim), np.float32)
+    start = 0
+    while start < len(order):  # calls of random sizes, in a shuffled order
+        part = order[start : start + rng.randint(1, 40)]
+        got[part] = enc.encode([TEXTS[i] for i in part])
+        start += len(part)
+    assert got.tobytes() == reference
+
+
+def test_concurrent_callers_are_batched_and_get_their_own_bytes(reference: bytes) -> None:
+    enc = OnnxEncoder.from_settings(EncoderSettings(run_texts=32, cache_size=0))
+    want = np.frombuffer(reference, np.float32).reshape(len(TEXTS), enc.dim)
+    calls = [random.Random(k).sample(range(len(TEXTS)), 5) for k in range(48)]
+
+    def call(idx: list[int]) -> tuple[list[int], FloatArray]:
+        return idx, enc.encode([TEXTS[i] for i in idx], query=idx[0] % 2 == 0)
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        results = list(pool.map(call, calls))
+    for idx, got in results:
+        assert got.tobytes() == want[idx].tobytes()
+    unique = sum(len({TEXTS[i] for i in idx}) for idx in calls)  # the stream repeats itself
+    assert enc.stats.encoded["query"] + enc.stats.encoded["ingest"] == unique
+    # Runs hold texts of several callers: fewer runs than calls.
+    assert enc.stats.runs < len(calls)
+
+
+class _GatedEncoder(OnnxEncoder):
+    """The real encoder, with each run recorded and the first one held until released."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.release = threading.Event()
+        self.running = threading.Event()
+        self.chunks: list[list[str]] = []
+
+    def _embed(self, encodings: Sequence[Encoding]) -> FloatArray:
+        self.chunks.append([e.tokens[1] for e in encodings])  # [0] is [CLS]
+        self.running.set()
+        self.release.wait(10)
+        return super()._embed(encodings)
+
+
+def test_a_query_waits_for_one_chunk_only() -> None:
+    enc = _GatedEncoder(_wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, batch_size=4)
+    ingest = [f"ingest text number {i}" for i in range(16)]  # "ingest" is the first token
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(enc.encode, ingest)
+        assert enc.running.wait(10)  # chunk 1 of 4 is running, chunks 2-4 wait
+        query = pool.submit(enc.encode, ["query about my order"], query=True)
+        deadline = time.monotonic() + 10
+        while not enc._queues["query"] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        enc.release.set()
+        assert query.result(10).shape == (1, enc.dim)
+        first.result(10)
+    i, q = (enc._tokenizer.encode(word).tokens[1] for word in ("ingest", "query"))
+    assert [chunk[0] for chunk in enc.chunks] == [i, q, i, i, i]
+
+
+def test_repeated_texts_come_from_the_cache() -> None:
+    enc = OnnxEncoder.from_settings(EncoderSettings(cache_size=8))
+    first = enc.encode([ORDER, ORDER, PARAPHRASE], cache=True)
+    assert enc.stats.encoded["ingest"] == 2  # the duplicate in one call: encoded once
+    again = enc.encode([PARAPHRASE, ORDER], cache=True)
+    assert enc.stats.encoded["ingest"] == 2
+    assert enc.stats.cache_hits["ingest"] == 2
+    assert again.tobytes() == first[[2, 0]].tobytes()
+    enc.encode([ORDER])  # a caller that does not ask for the cache encodes
+    assert enc.stats.encoded["ingest"] == 3
+    enc.encode([f"text {i}" for i in range(8)], cache=True)  # evicts both: it is bounded
+    enc.encode([ORDER], cache=True)
+    assert enc.stats.encoded["ingest"] == 12
+
+
+def test_runs_are_bounded_by_padded_tokens() -> None:
+    enc = _GatedEncoder(
+        _wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, batch_size=32, run_tokens=600
+    )
+    enc.release.set()
+    long_texts = [LONG + str(k) for k in range(5)]  # 256 tokens each, truncated
+    vectors = enc.encode([*long_texts, "ok", "thanks"])
+    assert [len(c) for c in enc.chunks] == [2, 2, 2, 1]  # 2 x 256 <= 600 < 3 x 256
+    assert vectors[:5].tobytes() == enc.encode(long_texts).tobytes()
+
+
+def test_a_failed_run_raises_in_its_callers_and_the_service_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    enc = OnnxEncoder.from_settings(EncoderSettings(cache_size=0))
+    real = enc._embed
+
+    def broken(encodings: Sequence[Encoding]) -> FloatArray:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(enc, "_embed", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        enc.encode([ORDER])
+    monkeypatch.setattr(enc, "_embed", real)
+    assert enc.encode([ORDER]).shape == (1, enc.dim)
+
+
+def test_the_runner_thread_exits_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stores.encoder, "_RUNNER_IDLE_S", 0.05)
+    enc = OnnxEncoder.from_settings(EncoderSettings())
+    enc.encode([ORDER])
+    runner = enc._runner
+    assert runner is not None
+    runner.join(5)
+    assert not runner.is_alive()
+    assert enc._runner is None
+    assert enc.encode([PARAPHRASE]).shape == (1, enc.dim)  # started again on demand
 
 
 def test_count_tokens(encoder: OnnxEncoder) -> None:

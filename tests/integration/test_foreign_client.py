@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from memstream.settings import DEMO_TENANT
-from rpc.publisher import bootstrap_servers
 from schemas import ConsolidatedMemory, DeadLetter
+from stores.broker import bootstrap_servers
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -16,11 +16,11 @@ import pytest
 
 from memory.links import LinkParams
 from memory.strength import StrengthParams
-from schemas import ConsolidatedMemory, Feedback, OpenAction, Reminder
+from schemas import ConsolidatedMemory, Feedback, OpenAction, Reminder, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.longterm import memory_point_id
 from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState
+from stores.redis_state import RedisState, UserUpdate
 from workers.consolidate import ConsolidationWorker
 from workers.locks import UserLocks
 from workers.reminders import ReminderWorker
@@ -70,10 +70,18 @@ async def state(redis_server: EmbeddedRedis) -> AsyncIterator[RedisState]:
     await opened.close()
 
 
-async def test_feedback_boosts_once_per_message(store: QdrantEdgeStore) -> None:
+async def say(state: RedisState, at: datetime, user_id: str = "u1") -> None:
+    """One turn of the user stamped ``at``: it moves the user's event-time clock."""
+    turn = StoredTurn(event_id=uuid.uuid4().hex, session_id="s1", role="user", text="hello", ts=at)
+    await state.apply(
+        "acme", user_id, UserUpdate(event_id=turn.event_id, turn=turn, vector=unit(0))
+    )
+
+
+async def test_feedback_boosts_once_per_message(store: QdrantEdgeStore, state: RedisState) -> None:
     used, other = memory_factory("topic:a"), memory_factory("topic:b")
     await store.upsert([(used, unit(0)), (other, unit(1))])
-    worker = StrengthWorker(store, UserLocks(), StrengthParams())
+    worker = StrengthWorker(store, state, UserLocks(), StrengthParams())
     feedback = Feedback(tenant_id="acme", user_id="u1", memory_ids=[used.memory_id], ts=T0)
     assert await worker.apply_feedback(feedback) == 1
     assert await worker.apply_feedback(feedback) == 0  # redelivered: no second boost
@@ -90,12 +98,25 @@ async def test_feedback_boosts_once_per_message(store: QdrantEdgeStore) -> None:
     assert await worker.apply_feedback(stranger) == 0
 
 
-async def test_decay_applies_each_interval_once(store: QdrantEdgeStore) -> None:
+async def test_decay_counts_in_the_users_event_time(
+    store: QdrantEdgeStore, state: RedisState
+) -> None:
     memory = memory_factory("topic:a", strength=2.0)
-    await store.upsert([(memory, unit(0))])
-    worker = StrengthWorker(store, UserLocks(), StrengthParams())
-    assert await worker.decay_all(T0 + 10 * DAY + timedelta(hours=3)) == 1
-    assert await worker.decay_all(T0 + 10 * DAY + timedelta(hours=4)) == 0  # repeated run
+    quiet = memory_factory("topic:a", strength=2.0).model_copy(
+        update={"user_id": "u2", "memory_id": memory_point_id("acme", "u2", "topic:a")}
+    )
+    await store.upsert([(memory, unit(0)), (quiet, unit(0))])
+    worker = StrengthWorker(store, state, UserLocks(), StrengthParams())
+    # The wall clock is years past T0, yet a user's memories age only as the user speaks.
+    assert await worker.decay_all() == 0
+    await say(state, T0 + 10 * DAY + timedelta(hours=3))
+    await say(state, T0 + 2 * DAY, user_id="u2")
+    assert await worker.decay_all() == 2
+    await say(state, T0 + 10 * DAY + timedelta(hours=4))
+    assert await worker.decay_all() == 0  # no whole interval since the last run
+    quiet_after = await store.get("acme", "u2", quiet.memory_id)
+    assert quiet_after is not None
+    assert quiet_after.strength == pytest.approx(2.0 * 0.99**2)
     stored = await store.get("acme", "u1", memory.memory_id)
     assert stored is not None
     assert stored.strength == pytest.approx(2.0 * 0.99**10)

@@ -24,7 +24,7 @@ from memstream.demo import SAMPLE_STREAM
 from memstream.metrics import catalogue
 from memstream.replay import replay_file
 from memstream.settings import DEMO_API_KEY, Settings
-from rpc.publisher import EventPublisher
+from stores.broker import EventPublisher
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from tests.integration.process import MemstreamProcess, settings_env, wait_for
 from tests.unit.test_observability_files import DASHBOARD, PROMETHEUS, dashboard_exprs
@@ -43,6 +43,7 @@ STILL = {
     "memstream_consumer_lag": "0 once caught up; sampled, so a short replay may never show it",
     "memstream_role": "constant 1 per role the process plays",
     "memstream_start_time_seconds": "set once, when the process starts",
+    "memstream_encoder_cache_hits_total": "only a repeated cluster description hits the cache",
 }
 
 
@@ -74,7 +75,17 @@ def up(
 
 # The roles run apart, as in production: which catalogued series each process owns. Every
 # catalogued metric must be owned by one of them (a new metric: add it here).
-EVERY_PROCESS = ("memstream_role", "memstream_start_time_seconds")
+EVERY_PROCESS = (
+    "memstream_role",
+    "memstream_start_time_seconds",
+    # Each role encodes: the worker turns and descriptions, the consolidator memory texts,
+    # serve the queries.
+    "memstream_encoder_texts_total",
+    "memstream_encoder_encoded_total",
+    "memstream_encoder_cache_hits_total",
+    "memstream_encoder_runs_total",
+    "memstream_encoder_run_seconds_total",
+)
 OWNED = {
     "worker": {
         "memstream_events_total",

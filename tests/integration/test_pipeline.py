@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer
 from memstream.demo import DEMO_QUESTIONS, SAMPLE_STREAM
 from memstream.replay import replay_file
 from memstream.settings import Settings
-from rpc.publisher import EventPublisher, bootstrap_servers
 from schemas import DeadLetter
+from stores.broker import EventPublisher, bootstrap_servers
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

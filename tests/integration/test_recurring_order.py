@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memstream.settings import Settings
-from rpc.publisher import EventPublisher
 from schemas import ConsolidatedMemory, Feedback, InteractionEvent
+from stores.broker import EventPublisher
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -41,11 +41,13 @@ class RecordingEncoder(OnnxEncoder):
     calls: list[list[str]]
     fail: bool
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], *, query: bool = False, cache: bool = False
+    ) -> np.ndarray:
         self.calls.append(list(texts))
         if self.fail:
             raise RuntimeError("encoder down")
-        return super().encode(texts)
+        return super().encode(texts, query=query, cache=cache)
 
 
 def recording_encoder(fail: bool = False) -> RecordingEncoder:

@@ -12,7 +12,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from memstream.metrics import Metrics
 from stores.embedded import free_port
-from streams.handling import is_outage, with_retries
+from stores.stage import is_outage, with_retries
 
 
 def retries(metrics: Metrics, stage: str, kind: str) -> float:

@@ -5,7 +5,8 @@
 - the known stage names are the code's own stage constants;
 - batch-size percentiles of single-event batches read 1, not 0.5;
 - faust's ``-__assignor-__leader`` topic (and Kafka's ``__…``) stay out of the lag gauge;
-- ``memstream top`` heads each frame with roles, uptime and time, and shows HTTP rates.
+- ``memstream top`` heads each frame with roles, uptime and time, and shows HTTP rates;
+- the encoder's running totals are exported, copied at each scrape.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from memstream.sampling import LagSampler, is_internal_topic
 from memstream.settings import Settings
 from memstream.top import Scrape, heading, http_rates, quantile, render
 from rpc.server import ApiDeps, create_api
+from stores.encoder import EncoderStats
 from streams import control, encode, memorize
 from workers import archive, consolidate, reminders, strength
 
@@ -179,3 +181,32 @@ def test_top_heads_frames_with_roles_uptime_and_time_and_shows_http_rates() -> N
     assert client == pytest.approx(1.0)
     assert server == pytest.approx(0.5)
     assert len(render(now, before, "u").renderables) == 4  # stages, HTTP, retrieval, state
+
+
+def test_encoder_totals_are_zero_at_first_and_read_as_of_the_scrape() -> None:
+    """The encoder's counters exist from the start and a scrape reads the totals of that
+    moment, not of the last sampling tick (the ingest benchmark reads right after settling)."""
+    metrics = Metrics(CollectorRegistry())
+    stats = EncoderStats()
+    metrics.watch_encoder(stats)
+    found = samples(metrics)
+    for kind in ("query", "ingest"):
+        for name in ("texts", "encoded", "cache_hits"):
+            assert found[f"memstream_encoder_{name}_total"][(("kind", kind),)] == 0.0
+    stats.texts["ingest"] += 7
+    stats.cache_hits["ingest"] += 2
+    stats.encoded["ingest"] += 5
+    stats.texts["query"] += 1
+    stats.encoded["query"] += 1
+    stats.runs += 3
+    stats.run_seconds += 0.25
+    found = samples(metrics)
+    assert found["memstream_encoder_texts_total"] == {
+        (("kind", "ingest"),): 7.0,
+        (("kind", "query"),): 1.0,
+    }
+    assert found["memstream_encoder_cache_hits_total"][(("kind", "ingest"),)] == 2.0
+    assert found["memstream_encoder_encoded_total"][(("kind", "ingest"),)] == 5.0
+    assert found["memstream_encoder_runs_total"][()] == 3.0
+    assert found["memstream_encoder_run_seconds_total"][()] == pytest.approx(0.25)
+    assert samples(metrics)["memstream_encoder_runs_total"][()] == 3.0  # copied once, not twice

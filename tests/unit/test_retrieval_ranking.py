@@ -3,6 +3,7 @@ for recency, session neighbours, and memories ranked by the turns they bring in.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -133,10 +134,39 @@ def test_session_neighbours_of_the_best_hits_are_lifted() -> None:
     turns = user(rows)
     plain = candidates(retriever(), turns, "where did you go hiking")
     lifted = candidates(
-        retriever(RankingParams(neighbour_seeds=1, neighbour_share=0.95)),
+        retriever(
+            RankingParams(
+                neighbour_seeds=1,
+                neighbour_share=0.95,
+                neighbour_seed_min=0.0,  # a 4-turn user: no hit stands 3 deviations out
+                neighbour_own_quantile=0.0,
+            )
+        ),
         turns,
         "where did you go hiking",
     )
     assert lifted["a"].relevance > plain["a"].relevance
     assert lifted["a"].relevance >= 0.95 * lifted["q"].relevance - 1e-9
     assert lifted["x"].relevance == plain["x"].relevance  # another session: untouched
+
+
+def test_the_named_speaker_is_left_to_the_speaker_bonus_not_bm25() -> None:
+    rows = [
+        ("short", "1", "ok", 0, unit(1.0, 1.0)),
+        ("hike", "1", "we went hiking in the hills near the lake", 0.01, unit(1.0, 1.0)),
+        ("other", "2", "nothing related to it", 1, unit(0.0, 1.0)),
+    ]
+    turns = user(rows)  # every turn is Ana's: the bonus lifts all of them alike
+    named = candidates(retriever(), turns, "did Ana go hiking")
+    plain = candidates(retriever(), turns, "did go hiking")
+    for event_id in ("short", "hike", "other"):
+        assert math.isclose(named[event_id].relevance, plain[event_id].relevance, rel_tol=1e-9)
+    # BM25 over ``speaker (date): text`` would have rewarded the shortest turn for the name.
+    assert named["hike"].relevance > named["short"].relevance
+
+
+def test_turns_carry_their_day_for_the_contexts_headings() -> None:
+    turns = user([("a", "1", "parcel delivered at the door", 0, unit(1.0))])
+    found = candidates(retriever(), turns, "parcel")["a"]
+    assert (found.heading, found.body) == ("[8 May 2023]", "Ana: parcel delivered at the door")
+    assert found.text == f"{found.heading} {found.body}"

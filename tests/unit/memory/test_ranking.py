@@ -24,6 +24,8 @@ from memory.ranking import (
     recency_factors,
     strength_factor,
     strip_names,
+    turn_day,
+    turn_line,
     turn_text,
 )
 from schemas import StoredTurn
@@ -148,6 +150,7 @@ def test_turn_text_uses_speaker_else_role_and_the_day() -> None:
     assert turn_text(t) == "[3 Nov 2026] user: Where is it?"
     named = t.model_copy(update={"speaker": "customer"})
     assert turn_text(named) == "[3 Nov 2026] customer: Where is it?"
+    assert f"{turn_day(named)} {turn_line(named)}" == turn_text(named)
 
 
 def test_strip_names_leaves_what_the_turns_vectors_can_match() -> None:
@@ -164,6 +167,21 @@ def test_lift_neighbours_never_lowers_and_reaches_the_share() -> None:
     out = lift_neighbours(relevance, [[1], [0, 2], [1, 3], [2]], seeds=2, share=0.9)
     np.testing.assert_allclose(out, [0.9, 0.81, 0.855, 0.95])
     assert relevance[1] == 0.1  # a new array
+
+
+def test_only_a_standout_seed_lifts_and_only_neighbours_with_some_relevance() -> None:
+    relevance = np.array([0.97, 0.2, 0.8, 0.6, 0.9, 0.7, 0.1, 0.1, 0.1])
+    neighbours = [[1, 2], [0], [0], [4], [3, 5], [4], [], [], []]
+    out = lift_neighbours(relevance, neighbours, seeds=2, share=0.95, own_quantile=0.5)
+    # The median is 0.6: the 0.2 reply is about something else and stays; 0.8 is lifted.
+    np.testing.assert_allclose(out[[1, 2]], [0.2, 0.95 * 0.97])
+    np.testing.assert_allclose(out[[3, 5]], 0.95 * 0.9)  # no seed_min: the 0.9 seed lifts
+    strict = lift_neighbours(
+        relevance, neighbours, seeds=2, share=0.95, seed_min=0.95, own_quantile=0.5
+    )
+    np.testing.assert_allclose(strict[[3, 5]], [0.6, 0.7])  # a weak seed lifts nothing
+    assert strict[2] == out[2]
+    assert lift_neighbours(np.array([]), [], seeds=3, share=0.9, own_quantile=0.5).size == 0
 
 
 def test_context_is_layered_memories_then_turns_newest_first() -> None:
@@ -214,6 +232,37 @@ def test_context_skips_what_does_not_fit_and_tries_smaller_items() -> None:
     assert assemble_context(ranked, 1, words) == ("", [])
 
 
+def day_turn(id_: str, relevance: float, minutes: int, day: str) -> Candidate:
+    ts = T0 + timedelta(minutes=minutes)
+    text = f"{day} Ana: turn {id_}"
+    return Candidate(
+        "turn", id_, text, relevance, 1.0, ts, (id_,), heading=day, body=text[len(day) + 1 :]
+    )
+
+
+def test_a_days_turns_share_one_heading_and_the_budget_counts_it_once() -> None:
+    ranked = rank(
+        [
+            day_turn("a", 0.9, 0, "[3 Nov 2026]"),
+            day_turn("b", 0.8, 1, "[3 Nov 2026]"),
+            day_turn("c", 0.7, 2000, "[4 Nov 2026]"),
+        ],
+        10,
+    )
+    context, used = assemble_context(ranked, 1000, words)
+    assert context == (
+        f"{TURNS_HEADER}\n[4 Nov 2026]\nAna: turn c\n[3 Nov 2026]\nAna: turn b\nAna: turn a"
+    )
+    assert [c.id for c, _ in used] == ["c", "b", "a"]  # newest first
+    assert assemble_context(ranked, 1000, words, additive_lines=True) == (context, used)
+    # The section (3 words), one heading (3) and two lines (3 each) fit in 12 words, where
+    # two standalone lines ("[3 Nov 2026] Ana: turn a", 6 words each) would not.
+    for additive in (False, True):
+        small, kept = assemble_context(ranked, 12, words, additive_lines=additive)
+        assert [c.id for c, _ in kept] == ["b", "a"]
+        assert words(small) == 12
+
+
 def test_only_one_section_when_there_are_only_turns() -> None:
     context, _ = assemble_context(rank([turn("e1", 0.5)], 5), 100, words)
     assert context == f"{TURNS_HEADER}\nturn e1"
@@ -232,9 +281,18 @@ _candidates = st.lists(
         strength=st.floats(0.1, 2),
         ts=st.integers(0, 10_000).map(lambda m: T0 + timedelta(minutes=m)),
         source_event_ids=st.lists(st.text("abcdef", min_size=1, max_size=3), max_size=3).map(tuple),
+        heading=st.sampled_from(["", "[3 Nov 2026]", "[4 Nov 2026]"]),
+        body=_texts,
     ),
     max_size=15,
 )
+
+
+def shown(c: Candidate) -> str:
+    """What of ``c`` the context holds: a turn under a day heading shows its line."""
+    if c.kind == "turn" and c.heading:
+        return (c.body or c.text).strip()
+    return c.text.strip()
 
 
 @settings(max_examples=200, deadline=None, database=None)
@@ -247,7 +305,7 @@ def test_context_never_exceeds_the_budget(
     context, used = assemble_context(ranked, budget, words)
     assert words(context) <= budget
     assert all(any(u is c for c, _ in ranked) for u, _ in used)
-    assert all(c.text.strip() in context for c, _ in used)
+    assert all(shown(c) in context for c, _ in used)
     kinds = [c.kind for c, _ in used]
     assert kinds == sorted(kinds, key=lambda k: k != "memory")  # memories before turns
 

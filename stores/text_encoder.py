@@ -1,0 +1,50 @@
+"""The sentence encoder's interface: what memorize, the consolidator and the RPC call.
+
+``stores.encoder.OnnxEncoder`` is the adapter (the pinned ONNX MiniLM);
+``stores.fakes.HashEncoder`` is a deterministic stand-in for unit tests.
+``tests/contract/test_encoder_contract.py`` runs one suite on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    """Texts -> unit vectors, and the encoder's token counts.
+
+    The contract every implementation keeps:
+
+    - ``encode(texts)`` is (len(texts), ``dim``) float32, every row of unit L2 norm (the
+      empty text too), rows in input order; a single ``str`` is a TypeError, not a
+      sequence of characters.
+    - Deterministic: the same text gives the same vector in any process, and a text's
+      vector does not depend on its batch-mates (encoding a batch equals encoding its texts
+      one by one, within float tolerance), so batching and caching are free to change.
+    - ``query`` and ``cache`` change scheduling only, never a vector.
+    - Blocking and thread-safe: async callers use ``asyncio.to_thread``.
+    - ``count_tokens`` counts the encoder's tokens (no special tokens, untruncated);
+      ``counts_by_line`` says whether a text's count is the sum of its lines' counts.
+    - ``model_id`` names the model; vectors of different ids are not comparable.
+    """
+
+    dim: int
+    model_id: str
+
+    def encode(
+        self, texts: Sequence[str], *, query: bool = False, cache: bool = False
+    ) -> FloatArray: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    @property
+    def counts_by_line(self) -> bool: ...
+
+    def close(self) -> None: ...

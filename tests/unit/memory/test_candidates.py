@@ -1,0 +1,189 @@
+"""``memory.candidates.score_candidates``: the retrieval's scoring as a pure function of what
+was gathered and ``now`` -- no store, no clock, no RPC types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+
+from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
+from memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memory.ranking import Candidate, RankingParams, turn_text
+from schemas import ConsolidatedMemory, Fact, StoredTurn
+
+DIM = 4
+T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
+PARAMS = RankingParams(neighbour_seeds=0)  # session neighbours off: one effect at a time
+
+
+def unit(*values: float) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[: len(values)] = values
+    out: np.ndarray = v / np.linalg.norm(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A ``TurnRows`` built by hand (in time order), as the RPC's turn index holds one."""
+
+    docs: list[StoredTurn]
+    vectors: npt.NDArray[np.float32]
+    lexical: LexicalIndex = field(default_factory=LexicalIndex)
+
+    def __post_init__(self) -> None:
+        for t in self.docs:
+            self.lexical.add(t.event_id, tokens_of(lexical_text(t.speaker or t.role, t.ts, t.text)))
+
+    @property
+    def ids(self) -> list[str]:
+        return [t.event_id for t in self.docs]
+
+    @property
+    def ts(self) -> npt.NDArray[np.float64]:
+        return np.array([t.ts.timestamp() for t in self.docs], dtype=np.float64)
+
+    @property
+    def positions(self) -> dict[str, int]:
+        return {t.event_id: i for i, t in enumerate(self.docs)}
+
+    @property
+    def texts(self) -> list[str]:
+        return [turn_text(t) for t in self.docs]
+
+    @property
+    def speaker_of(self) -> npt.NDArray[np.object_]:
+        return np.array([t.speaker or t.role for t in self.docs], dtype=object)
+
+    @property
+    def speaker_names(self) -> tuple[str, ...]:
+        return tuple(sorted({t.speaker or t.role for t in self.docs}))
+
+    @property
+    def by_entity(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, t in enumerate(self.docs):
+            for key in t.entities:
+                out.setdefault(key, []).append(i)
+        return out
+
+
+def rows(*specs: tuple[str, str, float, np.ndarray, list[str]]) -> Rows:
+    """(event id, text, days after T0, vector, entities) per turn."""
+    docs = [
+        StoredTurn(
+            event_id=e,
+            session_id="s1",
+            role="user",
+            text=text,
+            ts=T0 + timedelta(days=days),
+            entities=entities,
+        )
+        for e, text, days, _, entities in specs
+    ]
+    return Rows(docs, np.stack([v for *_, v, _ in specs]).astype(np.float32))
+
+
+def memory(key: str, sources: list[str], *, updated: datetime = T0) -> ConsolidatedMemory:
+    return ConsolidatedMemory(
+        memory_id=f"m-{key}",
+        tenant_id="acme",
+        user_id="u1",
+        key=key,
+        title=key,
+        facts=[Fact(text=f"{key} fact", source_event_ids=sources[:1], ts=T0)],
+        created_at=T0,
+        updated_at=updated,
+        source_event_ids=sources,
+    )
+
+
+TURNS = rows(
+    ("e1", "my blender arrived cracked", 0, unit(1, 0), []),
+    ("e2", "order A-10293 has not shipped", 10, unit(0, 1), ["order:a-10293"]),
+    ("e3", "hiking in the mountains", 30, unit(0, 0, 1), []),
+)
+
+
+def by_id(found: list[Candidate]) -> dict[str, Candidate]:
+    return {c.id: c for c in found}
+
+
+def score(query: str, vector: np.ndarray, **kwargs: object) -> list[Candidate]:
+    defaults: dict[str, object] = {
+        "keys": [],
+        "turns": TURNS,
+        "scored": [],
+        "keyed": [],
+        "clusters": None,
+        "top_k": 10,
+        "now": None,
+        "params": PARAMS,
+    }
+    defaults.update(kwargs)
+    return score_candidates(query, vector, **defaults)  # type: ignore[arg-type]
+
+
+def test_the_turn_closest_in_words_and_vector_is_most_relevant() -> None:
+    found = by_id(score("blender cracked", unit(1, 0)))
+    assert set(found) == {"e1", "e2", "e3"}
+    assert found["e1"].relevance > found["e2"].relevance
+    assert found["e1"].relevance > found["e3"].relevance
+    assert found["e1"].kind == "turn"
+    assert found["e1"].source_event_ids == ("e1",)
+    assert found["e1"].heading == "[8 May 2023]"
+    assert all(c.boost == 1.0 for c in found.values())  # the query does not ask for latest
+
+
+def test_an_exact_key_match_is_relevance_one_for_turn_and_memory() -> None:
+    m = memory("entity:order:a-10293", ["e2"])
+    found = by_id(
+        score("where is A-10293", unit(1, 0), keys=["order:a-10293"], keyed=[m], scored=[])
+    )
+    assert found["e2"].relevance == KEY_MATCH_RELEVANCE
+    assert found[m.memory_id].relevance == KEY_MATCH_RELEVANCE
+    assert found[m.memory_id].kind == "memory"
+
+
+def test_a_memory_found_by_vector_and_by_key_is_one_candidate() -> None:
+    m = memory("topic:blender", ["e3", "e1"])
+    found = score("blender", unit(1, 0), scored=[(m, 0.9)], keyed=[m])
+    memories = [c for c in found if c.kind == "memory"]
+    assert [c.id for c in memories] == [m.memory_id]
+    # Its sources best first for this query; its time is its newest source's (e3, day 30).
+    assert memories[0].source_event_ids == ("e1", "e3")
+    assert memories[0].ts == T0 + timedelta(days=30)
+    assert memories[0].shows == ("e3",)
+
+
+def test_recency_counts_from_now_given_else_from_the_newest_event() -> None:
+    # "latest": recency boosts by age from ``now``; 30 days = one half-life -> 0.75.
+    latest = "what is the latest on my order"
+    own = by_id(score(latest, unit(0, 1)))
+    assert own["e3"].boost == 1.0  # the user's newest event is "now"
+    assert own["e2"].boost == 0.5 + 0.5 * 0.5 ** (20 / 30)
+    assert own["e1"].boost == 0.75
+    later = by_id(score(latest, unit(0, 1), now=T0 + timedelta(days=60)))
+    assert later["e3"].boost == 0.75
+    assert later["e1"].boost == 0.625
+    assert [c.relevance for c in later.values()] == [c.relevance for c in own.values()]
+
+
+def test_the_same_inputs_give_the_same_candidates() -> None:
+    m = memory("topic:order", ["e2"])
+    first = score("order shipped", unit(0, 1), scored=[(m, 0.7)])
+    again = score("order shipped", unit(0, 1), scored=[(m, 0.7)])
+    assert first == again
+
+
+def test_short_term_candidates_keeps_the_newest_turns() -> None:
+    found = score("anything", unit(1, 0), short_term_candidates=2)
+    assert {c.id for c in found} == {"e2", "e3"}
+
+
+def test_a_user_with_nothing_has_no_candidates() -> None:
+    empty = Rows([], np.zeros((0, DIM), dtype=np.float32))
+    assert score("hello", unit(1), turns=empty) == []

@@ -1,0 +1,183 @@
+"""``Retriever.retrieve`` end to end over fakes: the short-term state fake, the hash encoder
+and qdrant-client's in-process ``:memory:`` store. No server, no model."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from memory.ranking import RankingParams
+from memory.render import memory_text
+from memory.text import extract_entities
+from memstream.metrics import Metrics
+from rpc.retrieval import QueryEncoder, Retriever
+from schemas import (
+    ConsolidatedMemory,
+    Fact,
+    RetrievedItem,
+    RetrieveRequest,
+    RetrieveResponse,
+    StoredTurn,
+)
+from stores.fakes import FakeShortTermState, HashEncoder
+from stores.longterm import LongTermStore, memory_point_id
+from stores.qdrant_client_store import QdrantClientStore
+from stores.redis_state import UserUpdate
+
+T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
+TENANT, USER = "acme", "u1"
+ENCODER = HashEncoder(dim=64)
+
+TURNS = [
+    ("e1", "My blender arrived with a cracked jug", 0),
+    ("e2", "Where is my order A-10293? It has not shipped", 1),
+    ("e3", "I like hiking in the mountains on weekends", 2),
+    ("e4", "The order A-10293 tracking page shows nothing", 3),
+]
+
+
+async def memorize(
+    state: FakeShortTermState, user: str, event_id: str, text: str, day: int
+) -> None:
+    turn = StoredTurn(
+        event_id=event_id,
+        session_id="s1",
+        role="user",
+        text=text,
+        ts=T0 + timedelta(days=day),
+        entities=extract_entities(text),
+    )
+    vector = ENCODER.encode([text])[0]
+    await state.apply(TENANT, user, UserUpdate(event_id=event_id, turn=turn, vector=vector))
+
+
+def order_memory() -> ConsolidatedMemory:
+    key = "order:A-10293"
+    return ConsolidatedMemory(
+        memory_id=memory_point_id(TENANT, USER, key),
+        tenant_id=TENANT,
+        user_id=USER,
+        key=key,
+        title="Order A-10293",
+        facts=[Fact(text="Order A-10293 has not shipped", source_event_ids=["e2"], ts=T0)],
+        keys=[key],
+        created_at=T0,
+        updated_at=T0 + timedelta(days=3),
+        source_event_ids=["e2", "e4"],
+    )
+
+
+@pytest.fixture
+async def longterm() -> AsyncIterator[LongTermStore]:
+    store = QdrantClientStore(":memory:", "memories")
+    await store.ensure_collection(ENCODER.dim)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def state() -> FakeShortTermState:
+    fake = FakeShortTermState()
+    for event_id, text, day in TURNS:
+        await memorize(fake, USER, event_id, text, day)
+    await memorize(fake, "u2", "x1", "My blender arrived with a cracked jug", 0)
+    return fake
+
+
+def best(response: RetrieveResponse) -> RetrievedItem:
+    return max(response.items, key=lambda i: i.score)
+
+
+def retriever(state: FakeShortTermState, longterm: LongTermStore) -> Retriever:
+    return Retriever(
+        queries=QueryEncoder(ENCODER),
+        state=state,
+        longterm=longterm,
+        metrics=Metrics(CollectorRegistry()),
+        short_term_candidates=0,
+        params=RankingParams(neighbour_seeds=0),
+    )
+
+
+async def test_the_turn_that_shares_the_words_comes_first(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    r = retriever(state, longterm)
+    got = await r.retrieve(TENANT, RetrieveRequest(user_id=USER, query="cracked blender jug"))
+    assert best(got).id == "e1"
+    # The context lists turns by day, newest first, not by score.
+    assert [i.id for i in got.items] == ["e4", "e3", "e2", "e1"]
+    assert {i.id for i in got.items} == {"e1", "e2", "e3", "e4"}  # the user's, nobody else's
+    assert all(i.kind == "turn" for i in got.items)
+    assert "My blender arrived with a cracked jug" in got.context
+    assert got.context_tokens == ENCODER.count_tokens(got.context)
+
+
+async def test_a_memory_found_by_key_leads_and_covers_its_turns(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    m = order_memory()
+    await longterm.upsert([(m, ENCODER.encode([memory_text(m)])[0])])
+    r = retriever(state, longterm)
+    got = await r.retrieve(
+        TENANT, RetrieveRequest(user_id=USER, query="Has order A-10293 shipped?")
+    )
+    # Memories come first in the context, then the turns by day, newest first.
+    assert [(i.kind, i.id) for i in got.items] == [
+        ("memory", m.memory_id),
+        ("turn", "e4"),
+        ("turn", "e3"),
+        ("turn", "e2"),
+        ("turn", "e1"),
+    ]
+    scores = {i.id: i.score for i in got.items}
+    # An exact key match is relevance 1 whatever the vectors say (strength 1: no change).
+    assert scores[m.memory_id] == scores["e2"] == scores["e4"] == 1.0
+    assert max(scores["e1"], scores["e3"]) < 1.0
+    assert got.items[0].source_event_ids == ["e2", "e4"]
+    assert got.context.startswith("## Memories\nOrder A-10293")
+
+
+async def test_other_users_and_tenants_see_nothing_of_the_user(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    m = order_memory()
+    await longterm.upsert([(m, ENCODER.encode([memory_text(m)])[0])])
+    r = retriever(state, longterm)
+    other = await r.retrieve(TENANT, RetrieveRequest(user_id="u2", query="order A-10293"))
+    assert [i.id for i in other.items] == ["x1"]
+    stranger = await r.retrieve("globex", RetrieveRequest(user_id=USER, query="order A-10293"))
+    assert stranger.items == []
+    assert stranger.context == ""
+
+
+async def test_a_new_turn_is_retrievable_on_the_next_query(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    r = retriever(state, longterm)
+    query = RetrieveRequest(user_id=USER, query="refund for the toaster")
+    before = await r.retrieve(TENANT, query)
+    assert "e5" not in {i.id for i in before.items}
+    syncs = r.turn_index.syncs
+    await r.retrieve(TENANT, query)
+    assert r.turn_index.syncs == syncs  # nothing written: the cached index is used
+    await memorize(state, USER, "e5", "I want a refund for the toaster", 4)
+    after = await r.retrieve(TENANT, query)
+    assert r.turn_index.syncs == syncs + 1  # a new turn version: one re-sync
+    assert best(after).id == "e5"
+
+
+async def test_recency_is_measured_from_the_users_newest_event(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    r = retriever(state, longterm)
+    query = "what is the latest on order A-10293"
+    own = await r.retrieve(TENANT, RetrieveRequest(user_id=USER, query=query))
+    # The same ranking whenever the question is asked: ``now`` defaults to event time.
+    pinned = await r.retrieve(
+        TENANT, RetrieveRequest(user_id=USER, query=query, now=T0 + timedelta(days=3))
+    )
+    assert [(i.id, i.score) for i in own.items] == [(i.id, i.score) for i in pinned.items]

@@ -1,0 +1,201 @@
+"""The consolidation worker's handler (``ConsolidationWorker.run_job``) over fakes: the
+short-term state fake, the hash encoder, the extractive consolidator and qdrant-client's
+in-process ``:memory:`` store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from memstream.metrics import Metrics
+from schemas import RecurrenceTrigger, StoredTurn
+from stores.fakes import FakeShortTermState, HashEncoder
+from stores.llm import ExtractiveConsolidator
+from stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
+from stores.qdrant_client_store import QdrantClientStore
+from stores.redis_state import UserUpdate
+from workers.consolidate import ConsolidationWorker, Job, fold_triggers
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+TENANT, USER = "acme", "u1"
+KEY = "entity:order:A-10293"
+ENCODER = HashEncoder(dim=64)
+TEXTS = [
+    "Where is my order A-10293? It has not shipped yet",
+    "Order A-10293 still shows no tracking number",
+    "Can you check order A-10293 again please",
+]
+
+
+def stored(i: int, text: str) -> StoredTurn:
+    return StoredTurn(
+        event_id=f"e{i}",
+        session_id="s1",
+        role="user",
+        text=text,
+        ts=T0 + timedelta(hours=i),
+        entities=["order:A-10293"],
+    )
+
+
+async def hot(state: FakeShortTermState, i: int, text: str) -> None:
+    t = stored(i, text)
+    await state.apply(TENANT, USER, UserUpdate(t.event_id, t, ENCODER.encode([text])[0]))
+
+
+def job(trigger: str, turn_ids: tuple[str, ...] = ("e0", "e1", "e2"), key: str = KEY) -> Job:
+    return Job(TENANT, USER, key, (trigger,), turn_ids, score=4.0, importance=0.5)
+
+
+@pytest.fixture
+async def longterm() -> AsyncIterator[LongTermStore]:
+    store = QdrantClientStore(":memory:", "memories")
+    await store.ensure_collection(ENCODER.dim)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def state() -> FakeShortTermState:
+    fake = FakeShortTermState()
+    for i, text in enumerate(TEXTS):
+        await hot(fake, i, text)
+    return fake
+
+
+class Run:
+    def __init__(self, state: FakeShortTermState, longterm: LongTermStore) -> None:
+        self.registry = CollectorRegistry()
+        self.worker = ConsolidationWorker(
+            state=state,
+            longterm=longterm,
+            consolidator=ExtractiveConsolidator(),
+            encoder=ENCODER,  # type: ignore[arg-type]  # typed OnnxEncoder in workers/
+            metrics=Metrics(self.registry),
+            max_turns=20,
+            max_concurrency=2,
+        )
+
+    def outcomes(self) -> dict[str, float]:
+        names = ("created", "updated", "unchanged", "skipped")
+        found = {
+            n: self.registry.get_sample_value("memstream_consolidations_total", {"outcome": n})
+            for n in names
+        }
+        return {n: v for n, v in found.items() if v}
+
+
+async def test_a_job_writes_one_memory_from_its_turns_in_event_time(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    run = Run(state, longterm)
+    memory = await run.worker.run_job(job("t1"))
+    assert memory is not None
+    assert memory.memory_id == memory_point_id(TENANT, USER, KEY)
+    assert (memory.tenant_id, memory.user_id, memory.key) == (TENANT, USER, KEY)
+    assert memory.source_event_ids == ["e0", "e1", "e2"]
+    assert memory.keys == ["order:A-10293"]
+    assert memory.created_at == memory.updated_at == T0 + timedelta(hours=2)  # newest turn
+    assert [x.event_id for x in memory.timeline] == ["e0", "e1", "e2"]
+    assert await longterm.get(TENANT, USER, memory.memory_id) == memory
+    assert await longterm.count(TENANT, USER) == 1
+    assert await state.trigger_done(TENANT, USER, "t1")
+    assert run.outcomes() == {"created": 1.0}
+
+
+async def test_a_done_trigger_is_skipped_and_the_same_evidence_changes_nothing(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    run = Run(state, longterm)
+    first = await run.worker.run_job(job("t1"))
+    assert await run.worker.run_job(job("t1")) is None  # redelivered
+    assert await run.worker.run_job(job("t2")) is None  # another trigger, same turns
+    assert await state.trigger_done(TENANT, USER, "t2")
+    assert first is not None
+    assert await longterm.get(TENANT, USER, first.memory_id) == first
+    assert run.outcomes() == {"created": 1.0, "skipped": 1.0, "unchanged": 1.0}
+
+
+async def test_new_evidence_updates_the_same_memory(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    run = Run(state, longterm)
+    first = await run.worker.run_job(job("t1"))
+    await hot(state, 3, "Order A-10293 finally arrived today")
+    second = await run.worker.run_job(job("t2", ("e0", "e1", "e2", "e3")))
+    assert first is not None
+    assert second is not None
+    assert second.memory_id == first.memory_id
+    assert second.source_event_ids == ["e0", "e1", "e2", "e3"]
+    assert second.updated_at == T0 + timedelta(hours=3)
+    assert second.created_at == first.created_at
+    assert await longterm.count(TENANT, USER) == 1
+    assert run.outcomes() == {"created": 1.0, "updated": 1.0}
+
+
+async def test_turns_gone_from_the_hot_tier_come_from_the_archive(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    old = stored(9, "Order A-10293 was placed on Monday")
+    old = old.model_copy(update={"ts": T0 - timedelta(days=90)})
+    vector = ENCODER.encode([old.text])[0]
+    await longterm.upsert_turns([ArchivedTurn(TENANT, USER, old, vector)])
+    memory = await Run(state, longterm).worker.run_job(job("t1", ("e9", "e0", "e1", "e2")))
+    assert memory is not None
+    assert memory.source_event_ids == ["e9", "e0", "e1", "e2"]  # oldest first
+
+
+async def test_a_forgotten_users_job_writes_nothing(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    await state.mark_forgotten(TENANT, USER, (T0 + timedelta(days=1)).timestamp())
+    await state.delete_user(TENANT, USER)
+    run = Run(state, longterm)
+    assert await run.worker.run_job(job("t1")) is None
+    assert await longterm.count(TENANT, USER) == 0
+    assert await state.trigger_done(TENANT, USER, "t1")  # not retried forever
+    assert run.outcomes() == {"skipped": 1.0}
+
+
+async def test_memories_sharing_an_entity_are_linked_both_ways(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    run = Run(state, longterm)
+    order = await run.worker.run_job(job("t1"))
+    topic = await run.worker.run_job(job("t2", ("e1", "e2"), key="topic:c0"))
+    assert order is not None
+    assert topic is not None
+    assert topic.links == [order.memory_id]
+    again = await longterm.get(TENANT, USER, order.memory_id)
+    assert again is not None
+    assert again.links == [topic.memory_id]
+
+
+def test_triggers_of_one_key_fold_into_one_job() -> None:
+    def trigger(tid: str, key: str, turns: list[str], score: float) -> RecurrenceTrigger:
+        return RecurrenceTrigger(
+            trigger_id=tid,
+            tenant_id=TENANT,
+            user_id=USER,
+            key=key,
+            reason="entity",
+            score=score,
+            turn_ids=turns,
+            importance=0.5,
+            ts=T0,
+        )
+
+    jobs = fold_triggers(
+        [
+            trigger("t1", KEY, ["e0", "e1"], 3.0),
+            trigger("t2", "topic:c0", ["e1"], 1.0),
+            trigger("t3", KEY, ["e1", "e2"], 4.0),
+        ]
+    )
+    assert jobs == [
+        Job(TENANT, USER, KEY, ("t1", "t3"), ("e0", "e1", "e2"), 4.0, 0.5),
+        Job(TENANT, USER, "topic:c0", ("t2",), ("e1",), 1.0, 0.5),
+    ]
