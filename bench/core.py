@@ -16,6 +16,7 @@ from typing import Any
 HEADLINE_ROWS: tuple[str, ...] = (
     "ingest events/s vs encoder",
     "encoder texts per event",
+    "CPU ms per event beyond the encoder",
     "event to retrievable p95 ms",
     "retrieval p99 ms (half load, 10k/user)",
     "retrieval server-side p99 ms (10k/user, 1M store)",

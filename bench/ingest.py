@@ -95,6 +95,12 @@ class StreamRun:
     def encoder_texts_per_event(self) -> float:
         return self.encoder.get("texts", 0.0) / self.events if self.events else 0.0
 
+    @property
+    def pipeline_cpu_ms_per_event(self) -> float:
+        """CPU of every pipeline process (memstream, broker, Valkey), not the bench driver."""
+        used = sum(s for name, s in self.cpu_s.items() if name in PIPELINE_PROCESSES)
+        return 1000 * used / self.events if self.events else 0.0
+
 
 def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
@@ -168,6 +174,9 @@ def encoder_reference(texts: list[str], single: list[str], batch: int) -> dict[s
         "machine_busy": busy,
         "single_ms": percentiles(lat),
     }
+
+
+PIPELINE_PROCESSES = ("memstream", "broker", "valkey")
 
 
 def _procs(svc: Services, mem: Memstream) -> dict[str, psutil.Process]:
@@ -395,6 +404,15 @@ def _result(ctx: Context, p: Params, m: Measured) -> Result:
             gen.encoder_texts_per_event,
             1.0,
             "bare encoder: the event's own text",
+            higher_is_better=False,
+        ),
+        Row(
+            "CPU ms per event beyond the encoder",
+            gen.pipeline_cpu_ms_per_event - m.encoder["cpu_ms_per_sentence"],
+            m.encoder["cpu_ms_per_sentence"],
+            f"bare encoder's CPU ms per sentence, {m.encoder['settings']}, subtracted from the"
+            " CPU of memstream + broker + Valkey per event",
+            target="<= 5",
             higher_is_better=False,
         ),
         Row(
