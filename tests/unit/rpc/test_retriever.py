@@ -3,7 +3,6 @@ and qdrant-client's in-process ``:memory:`` store. No server, no model."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,14 +21,12 @@ from schemas import (
     RetrieveResponse,
     StoredTurn,
 )
-from stores.fakes import FakeShortTermState, HashEncoder
+from stores.fakes import FakeShortTermState
 from stores.longterm import LongTermStore, memory_point_id
-from stores.qdrant_client_store import QdrantClientStore
-from stores.redis_state import UserUpdate
+from tests.unit.over_fakes import ENCODER, put_hot
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"
-ENCODER = HashEncoder(dim=64)
 
 TURNS = [
     ("e1", "My blender arrived with a cracked jug", 0),
@@ -50,8 +47,7 @@ async def memorize(
         ts=T0 + timedelta(days=day),
         entities=extract_entities(text),
     )
-    vector = ENCODER.encode([text])[0]
-    await state.apply(TENANT, user, UserUpdate(event_id=event_id, turn=turn, vector=vector))
+    await put_hot(state, TENANT, user, turn)
 
 
 def order_memory() -> ConsolidatedMemory:
@@ -68,14 +64,6 @@ def order_memory() -> ConsolidatedMemory:
         updated_at=T0 + timedelta(days=3),
         source_event_ids=["e2", "e4"],
     )
-
-
-@pytest.fixture
-async def longterm() -> AsyncIterator[LongTermStore]:
-    store = QdrantClientStore(":memory:", "memories")
-    await store.ensure_collection(ENCODER.dim)
-    yield store
-    await store.close()
 
 
 @pytest.fixture

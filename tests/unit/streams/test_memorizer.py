@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 from memory.clustering import ClusterParams
 from memory.recurrence import RecurrenceParams
 from schemas import EncodedEvent, EventMetadata, InteractionEvent
-from stores.fakes import FakeShortTermState, HashEncoder
+from stores.fakes import FakeShortTermState
 from streams.memorize import Decision, Memorizer
+from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"
-ENCODER = HashEncoder(dim=64)
 ORDER_TALK = [
     "Where is my order A-10293? It has not shipped yet",
     "I like hiking in the mountains",

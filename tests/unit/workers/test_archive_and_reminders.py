@@ -3,7 +3,6 @@ short-term state fake and qdrant-client's in-process ``:memory:`` store."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -17,25 +16,16 @@ from schemas import (
     Reminder,
     StoredTurn,
 )
-from stores.fakes import FakeShortTermState, HashEncoder
+from stores.fakes import FakeShortTermState
 from stores.forget import forget_user
 from stores.longterm import LongTermStore, memory_point_id
-from stores.qdrant_client_store import QdrantClientStore
 from stores.redis_state import UserUpdate
+from tests.unit.over_fakes import ENCODER
 from workers.archive import ArchiveWorker
 from workers.reminders import ReminderWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"
-ENCODER = HashEncoder(dim=32)
-
-
-@pytest.fixture
-async def longterm() -> AsyncIterator[LongTermStore]:
-    store = QdrantClientStore(":memory:", "memories")
-    await store.ensure_collection(ENCODER.dim)
-    yield store
-    await store.close()
 
 
 def encoded(i: int, user: str = USER, hours: float | None = None) -> EncodedEvent:

@@ -4,7 +4,6 @@ in-process ``:memory:`` store."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,17 +11,15 @@ from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from schemas import RecurrenceTrigger, StoredTurn
-from stores.fakes import FakeShortTermState, HashEncoder
+from stores.fakes import FakeShortTermState
 from stores.llm import ExtractiveConsolidator
 from stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
-from stores.qdrant_client_store import QdrantClientStore
-from stores.redis_state import UserUpdate
+from tests.unit.over_fakes import ENCODER, put_hot
 from workers.consolidate import ConsolidationWorker, Job, fold_triggers
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"
 KEY = "entity:order:A-10293"
-ENCODER = HashEncoder(dim=64)
 TEXTS = [
     "Where is my order A-10293? It has not shipped yet",
     "Order A-10293 still shows no tracking number",
@@ -42,20 +39,11 @@ def stored(i: int, text: str) -> StoredTurn:
 
 
 async def hot(state: FakeShortTermState, i: int, text: str) -> None:
-    t = stored(i, text)
-    await state.apply(TENANT, USER, UserUpdate(t.event_id, t, ENCODER.encode([text])[0]))
+    await put_hot(state, TENANT, USER, stored(i, text))
 
 
 def job(trigger: str, turn_ids: tuple[str, ...] = ("e0", "e1", "e2"), key: str = KEY) -> Job:
     return Job(TENANT, USER, key, (trigger,), turn_ids, score=4.0, importance=0.5)
-
-
-@pytest.fixture
-async def longterm() -> AsyncIterator[LongTermStore]:
-    store = QdrantClientStore(":memory:", "memories")
-    await store.ensure_collection(ENCODER.dim)
-    yield store
-    await store.close()
 
 
 @pytest.fixture
