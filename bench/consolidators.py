@@ -38,9 +38,9 @@ from bench.core import Context, Result, Row
 from bench.locomo import Question, Scores, Turn
 from bench.quality import CONCURRENCY, _ask, _select
 from bench.services import Memstream, Samples, services, wait_until
+from memory.turns import stored_turn
 from memstream.replay import replay_file
 from memstream.settings import LLMSettings
-from schemas import StoredTurn
 from stores.embedded import free_port
 from stores.llm import OpenAICompatibleConsolidator
 
@@ -243,17 +243,7 @@ async def probe_llm(url: str, sample: list[dict[str, Any]], turns: dict[str, lis
     try:
         for m in sample:
             events = sorted((by_id[e] for e in m["source_event_ids"]), key=lambda e: e.ts)
-            stored = [
-                StoredTurn(
-                    event_id=e.event_id,
-                    session_id=e.session_id,
-                    role=e.role,
-                    text=e.text,
-                    ts=e.ts,
-                    speaker=e.metadata.speaker,
-                )
-                for e in events[-max_turns:]
-            ]
+            stored = [stored_turn(e) for e in events[-max_turns:]]
             fallbacks = llm.usage.fallbacks
             started = time.perf_counter()
             content = await llm.consolidate(m["key"], stored, None, stored[-1].ts)
