@@ -38,13 +38,13 @@ from bench.retrieval_data import queries, summary, unit_rows
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_TENANT, Settings
 from rpc.retrieval import QueryEncoder, Retriever
-from rpc.turn_index import TurnIndex
 from schemas import RetrieveRequest, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.longterm import ArchivedTurn
 from stores.qdrant_edge_store import QdrantEdgeStore
 from stores.redis_state import RedisState, UserUpdate
+from stores.turn_index import TurnIndex
 
 NAME = "archive"
 T0 = datetime(2023, 1, 2, 9, 0, tzinfo=UTC)

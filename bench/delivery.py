@@ -55,7 +55,7 @@ BEGIN, END = "<!-- delivery:begin -->", "<!-- delivery:end -->"
 GUARANTEES = ("at_least_once", "exactly_once")
 # Every turn stays in the hot tier (the generated stream spans months): the audit and the
 # settle check count timelines, and the archive worker is not what is measured here.
-HOT = {"MEMSTREAM_REDIS__SHORT_TERM_TTL_DAYS": "36500"}
+HOT = {"redis": {"short_term_ttl_days": 36500.0}}
 
 
 @dataclass
@@ -105,10 +105,10 @@ class Crash:
 
 
 def deployment_for(stack: str, root: Path, guarantee: str) -> Deployment:
-    env = {**HOT, "MEMSTREAM_KAFKA__PROCESSING_GUARANTEE": guarantee}
+    overrides = {**HOT, "kafka": {"processing_guarantee": guarantee}}
     if stack == "cluster":
-        return ClusterDeployment(root, partitions=4, extra_env=env)
-    return EmbeddedDeployment(root, partitions=4, extra_env=env)
+        return ClusterDeployment(root, partitions=4, overrides=overrides)
+    return EmbeddedDeployment(root, partitions=4, overrides=overrides)
 
 
 @dataclass

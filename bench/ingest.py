@@ -33,8 +33,8 @@ from bench.ingest_report import markdown
 from bench.plotting import bar_chart, latency_chart
 from bench.scaleout import scale_out, warm_event
 from bench.services import Memstream, Samples, Services, busy_since, cpu_seconds, services
-from memstream.demo import SAMPLE_STREAM
-from memstream.replay import replay_file
+from memstream.ops.demo import SAMPLE_STREAM
+from memstream.ops.replay import replay_file
 from memstream.settings import Settings
 from stores.encoder import OnnxEncoder
 from stores.redis_state import user_tag

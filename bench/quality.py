@@ -23,7 +23,7 @@ from bench.core import Context, Result, Row
 from bench.locomo import Question, Scores, Turn
 from bench.services import Memstream, services, wait_until
 from memory.ranking import RankingParams
-from memstream.replay import replay_file
+from memstream.ops.replay import replay_file
 from memstream.settings import DEMO_TENANT, Settings
 from schemas import RetrieveResponse
 from stores.encoder import OnnxEncoder

@@ -38,7 +38,6 @@ from memory.turns import stored_turn
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_TENANT, Settings
 from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode
-from rpc.turn_index import UserTurns, index_turn
 from schemas import (
     ConsolidatedMemory,
     RetrievedItem,
@@ -49,6 +48,7 @@ from schemas import (
 from stores.encoder import OnnxEncoder
 from stores.longterm import LongTermStore, ScoredMemory
 from stores.redis_state import RedisState, TurnWithVector
+from stores.turn_index import UserTurns, index_turn
 
 MODES: tuple[ShortTermMode, ...] = get_args(ShortTermMode)
 TOP_K = locomo.TOP_K

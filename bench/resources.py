@@ -32,11 +32,12 @@ from bench.generate import generate_events, write_jsonl
 from bench.plotting import bar_chart, series_chart
 from bench.resources_report import markdown
 from bench.services import MIB, Memstream, RssSampler, Samples, rss_breakdown, services
-from memstream.demo import SAMPLE_STREAM
-from memstream.replay import replay_file
+from memstream.ops.demo import SAMPLE_STREAM
+from memstream.ops.replay import replay_file
 from memstream.settings import QdrantSettings
+from memstream.wiring import open_longterm
 from schemas import ConsolidatedMemory, Fact, StoredTurn
-from stores.longterm import memory_point_id, open_longterm
+from stores.longterm import memory_point_id
 from stores.redis_state import RedisState, UserUpdate
 
 NAME = "resources"
@@ -226,7 +227,7 @@ async def run(ctx: Context) -> Result:
             procs = {"memstream": mem.ps, "broker": svc.broker_proc, "valkey": svc.redis_proc}
             rss = SplitRssSampler(procs, "memstream")
             with rss:  # from the spawn: start-up counts for the peak
-                await asyncio.to_thread(mem.wait_ready)
+                await asyncio.to_thread(mem.ready)
                 rss.sample()
                 raw["rss_idle_mib"] = {k: v[-1][1] for k, v in rss.series.items() if v}
                 data_dir = mem.data_dir.resolve()

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import psutil  # type: ignore[import-untyped]  # no stubs in the venv
 
 from bench.retrieval_data import summary
-from bench.services import Memstream, Samples
+from bench.services import Memstream, Samples, busy_since
 from memstream.settings import DEMO_API_KEY
 
 HISTOGRAM = "memstream_retrieval_latency_seconds"
@@ -47,6 +48,7 @@ class Run:
     took_ms: list[float] = field(default_factory=list)
     errors: int = 0
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    machine_busy: float = float("nan")  # share of the machine's CPU in use, anyone's
 
     @property
     def qps(self) -> float:
@@ -63,6 +65,7 @@ class Run:
             "latency": summary(self.latencies_ms),
             "took": summary(self.took_ms),
             "phases": self.phases,
+            "machine_busy": self.machine_busy,
         }
 
 
@@ -98,24 +101,21 @@ class Driver:
         run.latencies_ms.append((time.perf_counter() - since) * 1000)
         run.took_ms.append(took)
 
-    async def open_loop(self, label: str, rate: float, seconds: float, seed: int) -> Run:
-        """Poisson arrivals at `rate`/s for `seconds` (at most rate x seconds x 1.5)."""
+    async def open_loop(
+        self, label: str, rate: float, arrivals: Sequence[float], texts: Sequence[str]
+    ) -> Run:
+        """One request per arrival (seconds from the start; `poisson_arrivals`), each with its
+        own text, sent at its time whatever the server is doing; latency from that time."""
         run = Run(label, "open", rate)
-        rng = np.random.default_rng(seed)
         tasks: set[asyncio.Task[None]] = set()
-        limit = int(rate * seconds * 1.5) + 1
         with self._phases(run):
             start = time.perf_counter()
-            at = 0.0
-            for _ in range(limit):
-                at += float(rng.exponential(1.0 / rate))
-                if at > seconds:
-                    break
+            for at, text in zip(arrivals, texts, strict=True):
                 await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
                 if len(tasks) >= MAX_IN_FLIGHT:
                     run.errors += 1  # shed: the server is far past saturation
                     continue
-                task = asyncio.create_task(self.one(run, next(self.texts), start + at))
+                task = asyncio.create_task(self.one(run, text, start + at))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             await asyncio.gather(*tasks)
@@ -144,8 +144,55 @@ class Driver:
         return _PhaseDelta(self.server, run)
 
 
+def poisson_arrivals(rate: float, seconds: float, seed: int) -> list[float]:
+    """Poisson arrival times (seconds from the start) at `rate`/s within `seconds`: the one
+    schedule memstream and its reference are both given."""
+    rng = np.random.default_rng(seed)
+    arrivals: list[float] = []
+    at = float(rng.exponential(1.0 / rate))
+    while at <= seconds:
+        arrivals.append(at)
+        at += float(rng.exponential(1.0 / rate))
+    return arrivals
+
+
+def serve_open_loop(
+    label: str,
+    rate: float,
+    arrivals: Sequence[float],
+    texts: Sequence[str],
+    handle: Callable[[str], object],
+) -> Run:
+    """A one-process reference server under the same open-loop arrivals: one FIFO queue and
+    one worker (this thread) running `handle` on each text in turn.
+
+    A request starts at its scheduled arrival or when the one before it is done, whichever
+    is later, so a reference that falls behind queues, and its latency, like the RPC's, runs
+    from the scheduled arrival. No producer thread: its wake-ups would only take the GIL
+    from the worker, and the queue it would fill is exactly this order. ``took_ms`` holds
+    the service time alone (without the wait in the queue).
+    """
+    run = Run(label, "open", rate)
+    machine = psutil.cpu_times()
+    start = time.perf_counter()
+    for at, text in zip(arrivals, texts, strict=True):
+        due = start + at
+        idle = due - time.perf_counter()
+        if idle > 0:
+            time.sleep(idle)
+        began = time.perf_counter()
+        handle(text)
+        done = time.perf_counter()
+        run.latencies_ms.append((done - due) * 1000)
+        run.took_ms.append((done - began) * 1000)
+    run.seconds = time.perf_counter() - start
+    run.machine_busy = busy_since(machine)
+    return run
+
+
 class _PhaseDelta:
-    """Scrapes the phase histogram around a run and stores per-phase stats on it."""
+    """Scrapes the phase histogram around a run and stores per-phase stats on it, and how
+    busy the machine was meanwhile."""
 
     def __init__(self, server: RetrievalServer, run: Run) -> None:
         self.server = server
@@ -153,8 +200,10 @@ class _PhaseDelta:
 
     def __enter__(self) -> None:
         self.before = self.server.metrics()
+        self.machine = psutil.cpu_times()
 
     def __exit__(self, *exc: object) -> None:
+        self.run.machine_busy = busy_since(self.machine)
         after = self.server.metrics()
         self.run.phases = {p: phase_stats(self.before, after, p) for p in PHASES}
 
@@ -198,51 +247,72 @@ def throughput_plot(
     series: dict[str, list[Run]],
     title: str,
     target_ms: float | None = None,
-    refs_ms: dict[str, float] | None = None,
+    references: dict[str, Run] | None = None,
+    factor: float = 2.0,
 ) -> Path:
-    """Caller p50 and p99 against achieved throughput: closed loops joined by caller count,
-    open-loop runs as separate markers; one colour per data size. ``target_ms`` is drawn
-    as the p99 target, ``refs_ms`` (by data size) as dotted lines in that size's colour."""
+    """One panel per data size: caller p50 and p99 against achieved throughput.
+
+    Closed loops are points named by their caller count and joined in caller order (past
+    saturation more callers get less through, so the line turns back); the open loop at
+    half load is a p50-p99 bar, beside the bar of its reference under the same arrivals,
+    whose p99 x ``factor`` is the dotted line the RPC's half-load p99 is held to;
+    ``target_ms`` is the dash-dotted absolute target. Every line is named on the plot."""
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import offset_copy
 
     from bench.plotting import _save  # sets the headless backend first
 
-    fig, ax = plt.subplots(figsize=(8.5, 4.8))
-    colors = ("#4c72b0", "#c44e52", "#55a868")
-    for (name, runs), color in zip(series.items(), colors, strict=False):
-        closed = sorted((r for r in runs if r.mode == "closed"), key=lambda r: r.load)
-        for q, style in ((50, "o-"), (99, "s--")):
-            ax.plot([r.qps for r in closed], [_pct(r, q) for r in closed], style, color=color,
-                    label=f"{name} closed loop p{q}")  # fmt: skip
-        for r in runs:
-            if r.mode == "open":
-                ax.plot([r.qps] * 2, [_pct(r, 50), _pct(r, 99)], "D:", color=color, ms=7,
-                        label=f"{name} open loop p50 / p99")  # fmt: skip
-            # Each run named once, at its p99 point, offset and boxed so lines stay legible.
-            ax.annotate(
-                r.label.replace(", half load", " (half load)"),
-                (r.qps, _pct(r, 99)),
-                xytext=(6, 6),
-                textcoords="offset points",
-                fontsize=7,
-                color=color,
-                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": color, "lw": 0.5},
-            )
-        ref = (refs_ms or {}).get(name)
-        if ref is not None:
-            ax.axhline(
-                ref, color=color, ls=":", lw=1, label=f"{name} reference p99 x 2 ({ref:.0f} ms)"
-            )
+    fig, axes = plt.subplots(
+        1, len(series), figsize=(max(7.0, 5.6 * len(series)), 5.2), sharey=True, squeeze=False
+    )
+    closed_c, open_c, ref_c = "#4c72b0", "#c44e52", "#55a868"
+    values = [v for runs in series.values() for r in runs for v in (_pct(r, 50), _pct(r, 99))]
+    for reference in (references or {}).values():
+        values += [_pct(reference, 50), factor * _pct(reference, 99)]
     if target_ms is not None:
-        ax.axhline(target_ms, color="#222222", ls="-.", lw=1.2,
-                   label=f"target: p99 at half load <= {target_ms:.0f} ms")  # fmt: skip
-    ax.set_xlabel("achieved queries/s")
-    ax.set_ylabel("caller latency, ms (log scale)")
-    ax.set_yscale("log")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="major", axis="y", lw=0.3, color="#cccccc")
-    # Outside the axes: inside, the legend hid the 64-caller points.
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        values.append(target_ms)
+    finite = [v for v in values if np.isfinite(v) and v > 0]
+    low, high = (min(finite) / 1.6, max(finite) * 1.8) if finite else (1.0, 1000.0)
+    for ax, (name, runs) in zip(axes[0], series.items(), strict=True):
+        closed = sorted((r for r in runs if r.mode == "closed"), key=lambda r: r.load)
+        xs = [r.qps for r in closed]
+        ax.plot(xs, [_pct(r, 50) for r in closed], "o-", color=closed_c, label="closed loop p50")
+        ax.plot(xs, [_pct(r, 99) for r in closed], "s--", color=closed_c, label="closed loop p99")
+        for r in closed:
+            callers = f"{r.load:.0f} caller{'s' if r.load != 1 else ''}"
+            box = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"}
+            ax.annotate(callers, (r.qps, _pct(r, 99)), xytext=(7, 0), textcoords="offset points",
+                        ha="left", va="center", fontsize=8, color=closed_c, bbox=box)  # fmt: skip
+        bars = [(r, open_c, "memstream, open loop at half load") for r in runs if r.mode == "open"]
+        ref = (references or {}).get(name)
+        if ref is not None:
+            bars.append((ref, ref_c, "reference, same arrivals"))
+        for k, (r, color, label) in enumerate(bars):
+            # Same arrivals, so about the same x: set the bars 5 points apart.
+            shift = offset_copy(
+                ax.transData, fig=fig, x=5 * (2 * k - len(bars) + 1), units="points"
+            )
+            ax.plot([r.qps] * 2, [_pct(r, 50), _pct(r, 99)], "D-", color=color, ms=7, lw=2,
+                    transform=shift, label=f"{label}: p50 and p99")  # fmt: skip
+        if ref is not None:
+            bound = factor * _pct(ref, 99)
+            ax.axhline(bound, color=ref_c, ls=":", lw=1.4,
+                       label=f"{factor:g} x reference p99 = {bound:.0f} ms")  # fmt: skip
+        if target_ms is not None:
+            ax.axhline(target_ms, color="#222222", ls="-.", lw=1.2,
+                       label=f"target: p99 at half load <= {target_ms:.0f} ms")  # fmt: skip
+        # Shifted lines do not count in autoscaling: the x range spans every run by hand.
+        xs = [r.qps for r in runs] + [r.qps for r, _, _ in bars]
+        span = max(xs) - min(xs) or max(xs) or 1.0
+        ax.set_xlim(min(xs) - 0.08 * span, max(xs) + 0.22 * span)  # room for the names
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("achieved queries/s")
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        ax.grid(True, which="both", axis="y", lw=0.3, color="#dddddd")
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    axes[0][0].set_ylabel("caller latency, ms (log scale)")
+    fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 

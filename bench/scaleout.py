@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from bench.generate import write_jsonl
 from bench.services import Memstream, Services, busy_since, cpu_seconds, wait_until
-from memstream.replay import replay_file
+from memstream.ops.replay import replay_file
 from stores.redis_state import user_tag
 
 TENANT = "demo"

@@ -2,31 +2,29 @@
 
 This module owns starting them the way an operator would (the broker and Valkey from
 ``stores.embedded``, memstream as a real ``memstream up`` / ``memstream worker`` subprocess
-pointed at them by environment variables), reading a process's Prometheus ``/metrics``,
-and sampling each process's CPU time and RSS. The broker and Valkey are started here, not
-inside memstream, so their cost is reported apart from memstream's own.
+started by ``memstream.launch`` with settings pointing at them), reading a process's
+Prometheus ``/metrics``, and sampling each process's CPU time and RSS. The broker and
+Valkey are started here, not inside memstream, so their cost is reported apart from
+memstream's own.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from memstream.replay import handled_events, unsettled_work
-from memstream.settings import DEMO_API_KEY
+from memstream import launch
+from memstream.ops.replay import handled_events, unsettled_work
+from memstream.settings import DEMO_API_KEY, Settings
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
 MIB = 1024 * 1024
@@ -78,26 +76,8 @@ def services(root: Path) -> Iterator[Services]:
         broker.stop()
 
 
-class Samples:
-    """One scrape of a ``/metrics`` page: sums of the samples that match some labels."""
-
-    def __init__(self, text: str) -> None:
-        # A plain line parser: the full prometheus parser costs the driver ~20 ms a scrape,
-        # CPU taken from the process being measured on a 2-core machine.
-        self.rows: list[tuple[str, dict[str, str], float]] = []
-        for line in text.splitlines():
-            if not line.startswith("memstream_"):
-                continue
-            head, _, value = line.rpartition(" ")
-            name, _, labels = head.partition("{")
-            pairs = (p.split("=", 1) for p in labels.rstrip("}").split(",") if "=" in p)
-            self.rows.append((name, {k: v.strip('"') for k, v in pairs}, float(value)))
-
-    def get(self, name: str, **labels: str) -> float:
-        wanted = labels.items()
-        return sum(
-            v for n, lab, v in self.rows if n == name and all(lab.get(k) == x for k, x in wanted)
-        )
+class Samples(launch.Samples):
+    """One scrape of a ``/metrics`` page, with the pipeline's progress counts."""
 
     def handled(self) -> float:
         return handled_events(self.get)
@@ -106,77 +86,46 @@ class Samples:
         return unsettled_work(self.get)
 
 
-@dataclass
-class Memstream:
-    """One memstream process (``up`` or ``worker``) against the benchmark's services."""
+class Memstream(launch.Process):
+    """One memstream process (``up`` or ``worker``) against the benchmark's services.
 
-    command: str
-    services: Services
-    data_dir: Path
-    prefix: str = field(default_factory=lambda: f"b{uuid.uuid4().hex[:8]}")
-    extra_env: dict[str, str] = field(default_factory=dict)
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    Its settings are the bench's own (``MEMSTREAM_*`` of the shell, checked) with the
+    services, a unique topic / key prefix, the port and ``overrides`` applied.
+    """
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
+    def __init__(
+        self,
+        command: str,
+        services: Services,
+        data_dir: Path,
+        *,
+        prefix: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        roles = launch.ROLE_SETS[command]
+        self.services = services
+        self.data_dir = data_dir
+        self.prefix = prefix or f"b{uuid.uuid4().hex[:8]}"
+        port = free_port()
+        ours = {
+            "data_dir": data_dir,
+            "kafka": {"broker": services.broker.url, "topic_prefix": self.prefix},
+            "redis": {"url": services.redis.url, "prefix": self.prefix},
+            "rpc": {"port": port},
+            # A worker has no API: its metrics get their own listener on the same port.
+            "metrics_port": 0 if "serve" in roles else port,
+            "log_level": "warning",
+        }
+        settings = launch.with_overrides(launch.with_overrides(Settings(), ours), overrides or {})
+        log_path = data_dir / f"memstream-{command}-{port}.log"
+        super().__init__(settings, roles, log_path=log_path)
 
     @property
     def ps(self) -> psutil.Process:
-        assert self.proc is not None
-        return psutil.Process(self.proc.pid)
+        return psutil.Process(self.pid)
 
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "MEMSTREAM_DATA_DIR": str(self.data_dir),
-            "MEMSTREAM_KAFKA__BROKER": self.services.broker.url,
-            "MEMSTREAM_KAFKA__TOPIC_PREFIX": self.prefix,
-            "MEMSTREAM_REDIS__URL": self.services.redis.url,
-            "MEMSTREAM_REDIS__PREFIX": self.prefix,
-            "MEMSTREAM_RPC__PORT": str(self.port),
-            # A worker has no API: its metrics get their own listener on the same port.
-            "MEMSTREAM_METRICS_PORT": str(self.port if self.command == "worker" else 0),
-            "MEMSTREAM_LOG_LEVEL": "warning",
-            **self.extra_env,
-        }
-
-    def start(self, timeout_s: float = 120.0) -> Memstream:
-        return self.spawn().wait_ready(timeout_s)
-
-    def spawn(self) -> Memstream:
-        """Start the process without waiting (so a sampler can watch its start-up too)."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.data_dir / f"memstream-{self.command}-{self.port}.log").open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream", self.command],
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        return self
-
-    def wait_ready(self, timeout_s: float = 120.0) -> Memstream:
-        wait_until(self._answers, timeout_s, f"memstream {self.command} to answer")
-        return self
-
-    def _answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"memstream {self.command} exited {self.proc.returncode}")
-        try:
-            return httpx.get(self.metrics_url, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def metrics(self) -> Samples:
-        # Generous: a process busy with a replay on two shared cores can take seconds.
-        return Samples(httpx.get(self.metrics_url, timeout=60).text)
+    def metrics(self, timeout_s: float = 60.0) -> Samples:
+        return Samples(self.scrape(timeout_s))
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -184,16 +133,6 @@ class Memstream:
             headers={"Authorization": f"Bearer {DEMO_API_KEY}"},
             timeout=30,
         )
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def wait_until(

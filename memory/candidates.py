@@ -44,7 +44,7 @@ ShortTermMode = Literal["flat", "hierarchical", "expand"]
 
 
 class TurnRows(Protocol):
-    """A user's turns, row for row (``rpc.turn_index.UserTurns`` is the one in use)."""
+    """A user's turns, row for row (``stores.turn_index.UserTurns`` is the one in use)."""
 
     @property
     def ids(self) -> list[str]: ...

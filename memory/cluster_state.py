@@ -1,5 +1,5 @@
-"""The values of CLAG clustering: parameters, one cluster, one user's whole clustering state,
-and their compact byte forms (what ``stores.redis_state`` keeps in Redis).
+"""The values of CLAG clustering: parameters, one cluster, one user's whole clustering state.
+(Their byte forms in Redis are ``stores.codecs``'.)
 
 Everything here is an immutable value; the rules that turn one state into the next live in
 ``memory.clustering`` (routing, the fuzzy buffer) and ``memory.cluster_maintenance``.
@@ -13,13 +13,10 @@ gives each cluster its dispersion (``1 - coherence``) without reading a single m
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
@@ -144,7 +141,7 @@ class Cluster:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cluster):
             return NotImplemented
-        return cluster_to_bytes(self) == cluster_to_bytes(other)
+        return _value_of(self) == _value_of(other)
 
     __hash__ = None  # type: ignore[assignment]  # compared by value, not hashable
 
@@ -212,144 +209,24 @@ class ClusterState:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ClusterState):
             return NotImplemented
-        return self.clusters == other.clusters and engine_to_bytes(self) == engine_to_bytes(other)
+        return _value_of(self) == _value_of(other)
 
     __hash__ = None  # type: ignore[assignment]
 
 
-# --- serialisation -------------------------------------------------------------------------
-#
-# Layout of both blobs: magic | uint32 header length | JSON header | little-endian float32
-# vectors. JSON keeps the header extensible; vectors stay compact binary (384 floats = 1.5 KB
-# instead of ~8 KB of JSON text).
-
-_CLUSTER_MAGIC = b"MSC2"
-_ENGINE_MAGIC = b"MSE1"
-_HEADER_LEN = struct.Struct("<I")
-_F32 = np.dtype("<f4")
-
-
-def _pack(magic: bytes, header: dict[str, Any], vectors: list[FloatArray]) -> bytes:
-    head = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
-    body = b"".join(np.asarray(v, dtype=_F32).tobytes() for v in vectors)
-    return magic + _HEADER_LEN.pack(len(head)) + head + body
-
-
-def _unpack(magic: bytes, b: bytes) -> tuple[dict[str, Any], bytes]:
-    prefix = len(magic) + _HEADER_LEN.size
-    if len(b) < prefix or not b.startswith(magic):
-        raise ValueError(f"not a serialised {magic.decode()} value")
-    (header_len,) = _HEADER_LEN.unpack_from(b, len(magic))
-    try:
-        header = json.loads(b[prefix : prefix + header_len])
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"corrupt header: {exc}") from exc
-    if not isinstance(header, dict):
-        raise ValueError("corrupt header: not an object")
-    return header, b[prefix + header_len :]
-
-
-def _vectors(body: bytes, dim: int, count: int) -> list[FloatArray]:
-    if dim <= 0 or len(body) != dim * count * _F32.itemsize:
-        raise ValueError(f"vector body has {len(body)} bytes, expected {count} x {dim} float32")
-    flat = np.frombuffer(body, dtype=_F32).astype(np.float32)
-    return [flat[i * dim : (i + 1) * dim] for i in range(count)]
-
-
-def cluster_to_bytes(c: Cluster) -> bytes:
-    vectors = [c.centroid] if c.description_vector is None else [c.centroid, c.description_vector]
-    header = {
-        "id": c.cluster_id,
-        "weight": c.weight,
-        "coherence": c.coherence,
-        "members": [[m.event_id, m.weight, " ".join(m.terms)] for m in c.members],
-        "created_ts": c.created_ts,
-        "updated_ts": c.updated_ts,
-        "energy": c.energy,
-        "energy_ts": c.energy_ts,
-        "pinned": c.pinned,
-        "archived": c.archived,
-        "description": c.description,
-        "described_size": c.described_size,
-        "described_ts": c.described_ts,
-        "dim": int(c.centroid.shape[0]),
-        "nvec": len(vectors),
-    }
-    return _pack(_CLUSTER_MAGIC, header, vectors)
-
-
-def cluster_from_bytes(b: bytes) -> Cluster:
-    """Inverse of ``cluster_to_bytes``; ``ValueError`` on anything that is not one."""
-    header, body = _unpack(_CLUSTER_MAGIC, b)
-    try:
-        vectors = _vectors(body, int(header["dim"]), int(header["nvec"]))
-        return Cluster(
-            cluster_id=str(header["id"]),
-            centroid=vectors[0],
-            weight=float(header["weight"]),
-            coherence=float(header["coherence"]),
-            members=tuple(
-                Member(str(i), float(w), tuple(str(t).split())) for i, w, t in header["members"]
-            ),
-            created_ts=float(header["created_ts"]),
-            updated_ts=float(header["updated_ts"]),
-            energy=float(header["energy"]),
-            energy_ts=float(header["energy_ts"]),
-            pinned=bool(header["pinned"]),
-            archived=bool(header["archived"]),
-            description=str(header["description"]),
-            description_vector=vectors[1] if len(vectors) > 1 else None,
-            described_size=int(header["described_size"]),
-            described_ts=float(header["described_ts"]),
-        )
-    except (KeyError, TypeError, IndexError) as exc:
-        raise ValueError(f"corrupt cluster header: {exc}") from exc
-
-
-def engine_to_bytes(s: ClusterState) -> bytes:
-    """Everything of a ``ClusterState`` but its clusters (those are stored one per field)."""
-    header = {
-        "merge": s.merge_threshold,
-        "create": s.create_threshold,
-        "next": s.next_number,
-        "since": s.since_maintenance,
-        "created_since": s.created_since_maintenance,
-        "last_mean": s.last_mean_size,
-        "streak": s.growth_streak,
-        "maintained_ts": s.maintained_ts if math.isfinite(s.maintained_ts) else None,
-        "buffer": [
-            [b.event_id, b.weight, b.ts, " ".join(b.terms), b.pinned, b.nearest] for b in s.buffer
-        ],
-        "dim": int(s.buffer[0].vector.shape[0]) if s.buffer else 0,
-    }
-    return _pack(_ENGINE_MAGIC, header, [b.vector for b in s.buffer])
-
-
-def engine_from_bytes(b: bytes, clusters: tuple[Cluster, ...]) -> ClusterState:
-    header, body = _unpack(_ENGINE_MAGIC, b)
-    try:
-        entries = header["buffer"]
-        vectors = _vectors(body, int(header["dim"]), len(entries)) if entries else []
-        buffer = tuple(
-            Buffered(str(i), v, float(w), float(ts), tuple(str(t).split()), bool(p), str(n))
-            for (i, w, ts, t, p, n), v in zip(entries, vectors, strict=True)
-        )
-        return ClusterState(
-            clusters=clusters,
-            buffer=buffer,
-            merge_threshold=float(header["merge"]),
-            create_threshold=float(header["create"]),
-            next_number=int(header["next"]),
-            since_maintenance=int(header["since"]),
-            created_since_maintenance=int(header["created_since"]),
-            last_mean_size=float(header["last_mean"]),
-            growth_streak=int(header["streak"]),
-            maintained_ts=-math.inf
-            if header["maintained_ts"] is None
-            else float(header["maintained_ts"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"corrupt clustering state: {exc}") from exc
+def _value_of(value: Cluster | ClusterState | Buffered) -> tuple[object, ...]:
+    """Every field of ``value``, what equality compares: vectors as their float32 bytes
+    (equal means bit-identical; an array has no truth value), buffered memories (which
+    compare by identity) by their own fields, clusters by theirs (``Cluster.__eq__``)."""
+    out: list[object] = []
+    for f in fields(value):
+        v = getattr(value, f.name)
+        if isinstance(v, np.ndarray):
+            v = np.asarray(v, dtype=np.float32).tobytes()
+        elif f.name == "buffer":
+            v = tuple(_value_of(b) for b in v)
+        out.append(v)
+    return tuple(out)
 
 
 def finite(x: float, what: str) -> float:

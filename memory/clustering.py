@@ -55,10 +55,6 @@ from memory.cluster_state import (
     ClusterParams,
     ClusterState,
     Member,
-    cluster_from_bytes,
-    cluster_to_bytes,
-    engine_from_bytes,
-    engine_to_bytes,
 )
 from memory.vectors import FloatArray, cosine_to_rows, normalize
 
@@ -75,10 +71,6 @@ __all__ = [
     "RouteOption",
     "StepResult",
     "classify",
-    "cluster_from_bytes",
-    "cluster_to_bytes",
-    "engine_from_bytes",
-    "engine_to_bytes",
     "step",
     "vectors_needed",
     "with_descriptions",

@@ -2,7 +2,9 @@
 
 - ``memory.extractive``: ``consolidate_extractive``, the offline consolidator (no model).
 - ``memory.merge``: ``merge_memory``, the fold of fresh content into a stored memory, with
-  supersede-to-history (nothing is silently deleted).
+  supersede-to-history (nothing is silently deleted); ``reinforced``, a trigger's strength
+  without new content.
+- ``memory.consolidation_jobs``: triggers -> one job each, one queue per user in log order.
 - ``memory.due``: ``parse_due``, due times stated in English and Chinese.
 - ``memory.phrases``: what a sentence asserts (a state such as delivered, a promise, the
   resolution of a promise), which both share.
@@ -11,7 +13,7 @@
 
 from memory.due import parse_due
 from memory.extractive import MAX_FACTS, MAX_ITEM_CHARS, MAX_TITLE_CHARS, consolidate_extractive
-from memory.merge import merge_memory
+from memory.merge import merge_memory, reinforced
 
 __all__ = [
     "MAX_FACTS",
@@ -20,4 +22,5 @@ __all__ = [
     "consolidate_extractive",
     "merge_memory",
     "parse_due",
+    "reinforced",
 ]

@@ -10,7 +10,7 @@ Stable interface (the RPC calls it from ``rpc/retrieval.py``)::
   and ``stores.redis_state.RedisState.clusters(tenant, user)`` returns them. Archived
   clusters are searchable (they only leave routing), so pass them too.
 - ``turn_ids`` / ``turn_vectors``: the candidate turns and their unit embeddings, row for row
-  (e.g. the RPC's per-user turn index, ``rpc/turn_index.py``). A cluster member
+  (e.g. the RPC's per-user turn index, ``stores/turn_index.py``). A cluster member
   with no row here (expired, or outside the window read) is skipped.
 
 It returns at most ``top_k * top_m`` hits: clusters in rank order, members by similarity

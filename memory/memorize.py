@@ -1,22 +1,26 @@
 """memorize's decision for one event: a pure function of what was read and the event's time.
 
-``streams.memorize.Memorizer.decide`` gathers first (the user's snapshot, the tenant's
-common phrases, the member vectors a split may need: ``vectors_needed`` of
+``streams.memorize.Memorizer`` gathers first (the user's snapshot, the phrases the user
+heard from the bot, the member vectors a split may need: ``vectors_needed`` of
 ``memory_in``), then ``decide_event`` says what the event changes: the stored turn, its
 cluster step, the recurrence window and keys, and the triggers to emit. Only the
 embedding of changed cluster descriptions is left to the caller (a model call).
+
+Everything read is the user's own state: a user's events are one partition's, in log
+order, so the same log gives the same decisions whatever the partitions, batches or
+processes (issue 14). Nothing here reads another user's state.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from memory.cluster_describe import terms_of
 from memory.clustering import ClusterParams, ClusterState, MemoryIn, StepResult, step
 from memory.recurrence import KeyState, RecurrenceParams, TriggerSpec, TurnSignal, detect
-from memory.text import extract_entities, is_remember_request, is_salient
+from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys
 from memory.turns import stored_turn
 from memory.vectors import FloatArray
 from schemas import InteractionEvent, RecurrenceTrigger, StoredTurn
@@ -33,6 +37,29 @@ def trigger_id(tenant_id: str, user_id: str, spec: TriggerSpec) -> str:
 def is_pinned(event: InteractionEvent) -> bool:
     """The event asks to be pinned, or says "remember this"."""
     return event.metadata.pin or is_remember_request(event.text)
+
+
+# A bot's canned lines ("Your parcel is on its way", "Let me check that for you"). They used
+# to be found by tenant-wide counts (a sentence said to 25+ users), but those counts are
+# shared across partitions: a decision reading them depends on how far the other partitions
+# got, so the same log gave other triggers with 1 or 4 partitions. What makes a canned line
+# harmful is that it recurs to the same user session after session, where RecMem's
+# recurrence would fire on it; so the rule is the user's own: an assistant or system
+# sentence the user already heard from the bot counts for nothing (the first time it is
+# content, then it is the script). A user repeating themselves is left alone: that is the
+# recurrence signal itself.
+SCRIPTED_ROLES = frozenset({"assistant", "system"})
+
+
+def scripted_phrases(event: InteractionEvent) -> tuple[str, ...]:
+    """The sentence fingerprints this turn adds to what its user heard from the bot (none
+    for the user's own turns)."""
+    return tuple(phrase_keys(event.text)) if event.role in SCRIPTED_ROLES else ()
+
+
+def canned_phrases(event: InteractionEvent, heard: Collection[str]) -> frozenset[str]:
+    """The turn's sentences that count for nothing: the bot's, heard by this user before."""
+    return frozenset(p for p in scripted_phrases(event) if p in heard)
 
 
 def memory_in(event: InteractionEvent, vector: FloatArray) -> MemoryIn:
@@ -76,8 +103,9 @@ def decide_event(
     """The event's plan, given the user's state as read (``pending`` oldest first) and
     ``now``, the event's own time in epoch seconds (event time: a replay decides the same).
 
-    ``common_phrases``: the event's sentence fingerprints said by many users of the tenant
-    (they make no turn salient); ``member_vectors``: what ``vectors_needed`` asked for.
+    ``common_phrases``: the event's sentence fingerprints that count for nothing (they make
+    no turn salient: ``canned_phrases``); ``member_vectors``: what ``vectors_needed`` asked
+    for.
     """
     tenant, user = event.tenant_id, event.user_id
     salient = is_salient(event.text, common_phrases)

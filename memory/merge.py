@@ -136,6 +136,15 @@ def merge_memory(
     return merged.model_copy(update={"updated_at": now, "version": base.version + 1})
 
 
+def reinforced(existing: ConsolidatedMemory, strength: float) -> ConsolidatedMemory:
+    """``existing`` with the strength a trigger that brought no new turn lends it: the
+    merge's own rule (the higher of the two), nothing else touched (no version bump: what
+    the memory says has not changed). ``existing`` itself when it is already as strong."""
+    if strength <= existing.strength:
+        return existing
+    return existing.model_copy(update={"strength": strength})
+
+
 def _merge_facts(
     base: list[Fact],
     fresh: list[Fact],

@@ -33,12 +33,10 @@ reproduces every decision), inputs are never mutated, outputs have a fixed order
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -306,87 +304,3 @@ def _one_per_key(
 
 def _newest(items: Sequence[str], limit: int) -> tuple[str, ...]:
     return tuple(items[-limit:])
-
-
-# --- serialisation -------------------------------------------------------------------------
-
-
-def key_state_to_json(s: KeyState) -> str:
-    return json.dumps(
-        {
-            "score": s.score,
-            "last_ts": s.last_ts,
-            "turn_ids": s.turn_ids,
-            "sessions": s.sessions,
-            "new_since_fire": s.new_since_fire,
-            "fired": s.fired,
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    )
-
-
-def key_state_from_json(s: str) -> KeyState:
-    """Inverse of ``key_state_to_json``; ``ValueError`` on malformed input."""
-    try:
-        raw: Any = json.loads(s)
-        return KeyState(
-            score=float(raw["score"]),
-            last_ts=float(raw["last_ts"]),
-            turn_ids=[str(i) for i in _as_list(raw["turn_ids"])],
-            sessions=[str(i) for i in _as_list(raw["sessions"])],
-            new_since_fire=int(raw["new_since_fire"]),
-            fired=int(raw["fired"]),
-        )
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"corrupt key state: {exc}") from exc
-
-
-def _as_list(value: object) -> list[object]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {type(value).__name__}")
-    return value
-
-
-_SIGNAL_LEN = struct.Struct("<I")
-_SIGNAL_VECTOR_DTYPE = np.dtype("<f2")  # pending vectors only feed a 0.7 bound: half precision
-
-
-def signal_to_bytes(s: TurnSignal) -> bytes:
-    """Compact form of a pending turn: a JSON header and its vector as float16."""
-    header = json.dumps(
-        {
-            "id": s.event_id,
-            "session": s.session_id,
-            "ts": s.ts,
-            "entities": list(s.entities),
-            "cluster": s.cluster_id,
-            "salient": s.salient,
-            "pinned": s.pinned,
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    ).encode()
-    vector = np.asarray(s.vector, dtype=_SIGNAL_VECTOR_DTYPE).tobytes()
-    return _SIGNAL_LEN.pack(len(header)) + header + vector
-
-
-def signal_from_bytes(b: bytes) -> TurnSignal:
-    """Inverse of ``signal_to_bytes``; ``ValueError`` on malformed input."""
-    try:
-        (header_len,) = _SIGNAL_LEN.unpack_from(b, 0)
-        start = _SIGNAL_LEN.size
-        raw: Any = json.loads(b[start : start + header_len])
-        vector = np.frombuffer(b[start + header_len :], dtype=_SIGNAL_VECTOR_DTYPE)
-        return TurnSignal(
-            event_id=str(raw["id"]),
-            session_id=str(raw["session"]),
-            ts=float(raw["ts"]),
-            vector=vector.astype(np.float32),
-            entities=tuple(str(e) for e in _as_list(raw["entities"])),
-            cluster_id=str(raw["cluster"]),
-            salient=bool(raw["salient"]),
-            pinned=bool(raw["pinned"]),
-        )
-    except (KeyError, TypeError, struct.error, json.JSONDecodeError) as exc:
-        raise ValueError(f"corrupt pending turn: {exc}") from exc

@@ -171,8 +171,8 @@ def is_salient(text: str, common_phrases: Collection[str] = ()) -> bool:
     this is Maria from Brightside Home support. How can I help?"), emoji or punctuation
     only, and very short turns: fewer than 3 content words and fewer than 4 meaningful CJK
     characters once the frame is removed. Sentences whose ``phrase_keys`` fingerprint is in
-    ``common_phrases`` (said by many users of the tenant: a bot's canned lines, a
-    template) are removed first, so they count for nothing either. A turn that
+    ``common_phrases`` (a bot's canned lines: ``memory.memorize.canned_phrases``) are
+    removed first, so they count for nothing either. A turn that
     names an entity (an order number, an email...) is always salient, however short: "order
     55123" is exactly what memory is for.
     """
@@ -192,9 +192,9 @@ def is_salient(text: str, common_phrases: Collection[str] = ()) -> bool:
     return _cjk_content_chars(normalised) >= _MIN_CJK_CONTENT_CHARS
 
 
-# Phrase statistics: a sentence's fingerprint is its tokens (stopwords dropped, every number
-# one symbol), hashed. The memorize processor counts, per tenant, how many distinct users
-# said each fingerprint; those said by many are common phrases (see ``is_salient``).
+# Phrase fingerprints: a sentence's fingerprint is its tokens (stopwords dropped, every
+# number one symbol), hashed. memorize keeps, per user, the fingerprints the bot said to
+# them; said again, they are canned lines (``memory.memorize.canned_phrases``).
 _PHRASE_SPLIT = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
 _MIN_PHRASE_TOKENS = 2
 _MAX_PHRASES = 16  # per turn: a long paste is not a phrase list

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from memstream.launch import ALL_ROLES, ROLE_SETS, parse_roles
 from memstream.logs import logging_config
 from memstream.settings import (
     DEMO_API_KEY,
@@ -21,10 +22,10 @@ from memstream.settings import (
     Settings,
     UnknownSettingError,
 )
-from memstream.wiring import ALL_ROLES, Role
 
 if TYPE_CHECKING:  # runtime pulls in faust: imported only by the commands that run it
     from memstream.runtime import Job, RunningProcess
+    from memstream.wiring import Role
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 schemas_cli = typer.Typer(no_args_is_help=True, help="JSON Schema of every topic and RPC body.")
@@ -101,21 +102,58 @@ RestoreForgotten = Annotated[
 ]
 
 
+Roles = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated roles: process (encode, memorize), consolidate, serve (the "
+        "RPC); or an alias: up, worker, consolidator, serve."
+    ),
+]
+Replay = Annotated[
+    Path | None, typer.Option(help="Replay this JSONL file once started (every role only).")
+]
+
+
 @cli.command()
-def up(
+def run(
+    roles: Roles = "up",
     port: Port = None,
-    replay: Annotated[
-        Path | None, typer.Option(help="Replay this JSONL file once started.")
-    ] = None,
+    replay: Replay = None,
     restore_forgotten: RestoreForgotten = False,
 ) -> None:
-    """Start the embedded stack and every role in this process; serve until Ctrl-C."""
+    """One process playing these roles; the commands below are aliases of role sets."""
+    try:
+        chosen = parse_roles(roles)
+    except ValueError as exc:
+        _fail(str(exc))
+    _run_roles(chosen, port, replay=replay, restore_forgotten=restore_forgotten)
+
+
+def _run_roles(
+    roles: frozenset[Role],
+    port: int | None = None,
+    *,
+    replay: Path | None = None,
+    restore_forgotten: bool = False,
+) -> None:
+    """Every role: the embedded stack and the curl banner (``up``); serve alone: the API
+    without a faust worker; any other set: a worker playing those roles."""
     settings = _settings(port)
+    if replay is not None and roles != ALL_ROLES:
+        _fail("--replay needs every role (memstream up): the replay settles through all three")
+    if roles == ROLE_SETS["serve"]:
+        from memstream.runtime import StartupError, serve_standalone
+
+        try:
+            asyncio.run(serve_standalone(settings))
+        except StartupError as exc:
+            _fail(str(exc))
+        return
     if replay is not None and not replay.is_file():
         _fail(f"no such file to replay: {replay}")
 
     async def announce(running: RunningProcess) -> int:
-        from memstream.demo import replay_sample
+        from memstream.ops.demo import replay_sample
 
         await running.api_ready.wait()
         if replay is not None:
@@ -130,7 +168,15 @@ def up(
         await asyncio.Event().wait()  # serve until the worker is stopped
         return 0
 
-    _run(settings, ALL_ROLES, announce)
+    _run(settings, roles, announce if roles == ALL_ROLES else None)
+
+
+@cli.command()
+def up(
+    port: Port = None, replay: Replay = None, restore_forgotten: RestoreForgotten = False
+) -> None:
+    """Start the embedded stack and every role in this process; serve until Ctrl-C."""
+    _run_roles(ROLE_SETS["up"], port, replay=replay, restore_forgotten=restore_forgotten)
 
 
 @cli.command()
@@ -138,7 +184,7 @@ def demo(port: Port = None, restore_forgotten: RestoreForgotten = False) -> None
     """Start everything, replay the bundled sample, ask the example questions, stop."""
     from functools import partial
 
-    from memstream.demo import run_demo
+    from memstream.ops.demo import run_demo
 
     _run(_settings(port), ALL_ROLES, partial(run_demo, restore_forgotten=restore_forgotten))
 
@@ -146,24 +192,19 @@ def demo(port: Port = None, restore_forgotten: RestoreForgotten = False) -> None
 @cli.command()
 def worker() -> None:
     """Stream processors (encode, memorize) against the configured broker and Redis."""
-    _run(_settings(), frozenset({"process"}))
+    _run_roles(ROLE_SETS["worker"])
 
 
 @cli.command()
 def consolidator() -> None:
     """Consolidation workers against the configured broker, Redis and Qdrant."""
-    _run(_settings(), frozenset({"consolidate"}))
+    _run_roles(ROLE_SETS["consolidator"])
 
 
 @cli.command()
 def serve(port: Port = None) -> None:
     """The retrieval API alone (needs an external broker, Redis and Qdrant server)."""
-    from memstream.runtime import StartupError, serve_standalone
-
-    try:
-        asyncio.run(serve_standalone(_settings(port)))
-    except StartupError as exc:
-        _fail(str(exc))
+    _run_roles(ROLE_SETS["serve"], port)
 
 
 @cli.command()
@@ -175,7 +216,7 @@ def replay(
     restore_forgotten: RestoreForgotten = False,
 ) -> None:
     """Publish a JSONL file of InteractionEvents to memstream.events, with a progress bar."""
-    from memstream.replay import file_users, forgotten_hint, forgotten_users, replay_file
+    from memstream.ops.replay import file_users, forgotten_hint, forgotten_users, replay_file
     from memstream.wiring import open_state
 
     settings = _settings()
@@ -238,7 +279,7 @@ def rebuild(
     Settings of the new generation come from MEMSTREAM_* variables (e.g.
     MEMSTREAM_RECURRENCE__MIN_SIMILAR) and these flags; run it again to resume.
     """
-    from memstream.rebuild import plan_generation, run_rebuild
+    from memstream.ops.rebuild import plan_generation, run_rebuild
 
     settings = _settings()
     encoder = {
@@ -271,7 +312,7 @@ def switch(
     name: Annotated[str, typer.Argument(help="A built generation, or 'first' for the original.")],
 ) -> None:
     """Make a built generation the one the RPC serves (workers follow when restarted)."""
-    from memstream.rebuild import activate
+    from memstream.generations import activate
 
     settings = _settings()
     if not settings.redis.url:
@@ -286,7 +327,7 @@ def switch(
 @cli.command()
 def generations() -> None:
     """The generations built by memstream rebuild, and which one is active."""
-    from memstream.rebuild import generations as recorded
+    from memstream.generations import generations as recorded
 
     settings = _settings()
     if not settings.redis.url:
@@ -404,7 +445,7 @@ def top(
     """A live view of rates and latencies from a running process's /metrics."""
     import httpx
 
-    from memstream.top import run_top
+    from memstream.ops.top import run_top
 
     try:
         code = run_top(url, interval_s=interval, frames=frames, console=console)

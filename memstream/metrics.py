@@ -11,12 +11,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, get_args
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
-
-from schemas.memories import TriggerReason
 
 # Stage latencies range from sub-millisecond Redis writes to multi-second LLM calls.
 LATENCY_BUCKETS = (
@@ -61,8 +59,10 @@ STAGE_OUTCOMES: dict[str, tuple[str, ...]] = {
 DLQ_STAGES = ("encode", "memorize", "control", "consolidate", "archive", "feedback")
 DLQ_REASONS = ("validation", "poison")
 BATCHED_STAGES = ("encode", "consolidate", "archive")
-CONSOLIDATION_OUTCOMES = ("created", "updated", "unchanged", "skipped")
+CONSOLIDATION_OUTCOMES = ("created", "updated", "unchanged", "deferred", "skipped")
 CLUSTER_EVENTS = ("merge", "fuzzy", "create", "routed", "flush", "maintenance", "split", "archive")
+# schemas.memories.TriggerReason, spelt out: the kernel imports nothing of the project.
+TRIGGER_REASONS = ("semantic", "cluster", "entity", "pin", "eager")
 LLM_FALLBACK_REASONS = ("truncated", "invalid_json", "schema")  # stores.llm.FallbackReason
 RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
 ENCODER_KINDS = ("query", "ingest")  # stores.encoder.EncoderStats' caller kinds
@@ -140,7 +140,7 @@ class Metrics:
         )
         self.consolidations = Counter(
             "memstream_consolidations_total",
-            "Memories written, by outcome (created, updated, unchanged, skipped).",
+            "Memories written, by outcome (created, updated, unchanged, deferred, skipped).",
             ["outcome"],
             registry=registry,
         )
@@ -320,7 +320,7 @@ class Metrics:
                 if stage in BATCHED_STAGES:
                     self.batch_size.labels(stage)
             if role == "process":
-                for reason in get_args(TriggerReason):
+                for reason in TRIGGER_REASONS:
                     self.triggers.labels(reason)
                 for event in CLUSTER_EVENTS:
                     self.cluster_events.labels(event)

@@ -16,16 +16,15 @@ from dataclasses import dataclass, field
 import faust
 from fastapi import FastAPI
 
+from memstream.generations import GenerationFollower, with_active_generation
 from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
-from memstream.rebuild import GenerationFollower, with_active_generation
 from memstream.settings import Settings
-from memstream.wiring import Dependencies, LongTermOpener, Role, Stack, build_app
+from memstream.wiring import Dependencies, LongTermOpener, Role, Stack, build_app, open_longterm
 from rpc.serving import make_server, start_api
 from stores.broker import on_start
 from stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
-from stores.longterm import open_longterm
 
 log = logging.getLogger("memstream")
 
@@ -123,7 +122,7 @@ def run_process(
     """Start the stack and a faust worker with ``roles``; block until Ctrl-C or ``job`` ends.
 
     With ``generations`` (every process but a rebuild's), the process runs as the active
-    generation (``memstream.rebuild``) and its API follows later switches. ``open_store``
+    generation (``memstream.generations``) and its API follows later switches. ``open_store``
     replaces how the long-term store is opened (the reliability suite's fault injection).
     Raises ``StartupError`` when another stack holds the data folder or the RPC port is taken.
     """
@@ -180,7 +179,7 @@ def _health(running: RunningProcess, roles: frozenset[Role]) -> Health:
 
 
 def _follow(api: FastAPI, base: Settings, redis_url: str, current: Settings) -> None:
-    """Keep the API on the active generation while it runs (see memstream.rebuild)."""
+    """Keep the API on the active generation while it runs (see memstream.generations)."""
     follower = GenerationFollower(api.state.deps, base, redis_url, current)
     task = asyncio.ensure_future(follower.run())
     api.state.generation_follower = (follower, task)  # held: a bare task may be collected

@@ -49,7 +49,7 @@ class KafkaSettings(_Section):
     # faust's processing guarantee: "at_least_once" (the embedded Tansu broker has no
     # transactional producer) or "exactly_once" (a real Kafka cluster only).
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
-    # A rebuilt generation's name (see memstream/rebuild.py): its derived topics and consumer
+    # A rebuilt generation's name (see memstream/generations.py): its derived topics and consumer
     # groups carry it, so it never mixes with the generation serving now. "" = the first.
     generation: str = ""
 
@@ -92,43 +92,52 @@ class EncoderSettings(_Section):
     # One onnxruntime run: at most run_texts texts and run_tokens padded tokens (texts x the
     # longest). Small runs cost less CPU per text here (8: 3.2-3.3 ms, 32: 4.9-5.1) and
     # bound peak RSS and how long a query waits behind ingest. batch_size is the stage's.
+    # 512, not 1024: a run of long texts holds texts x heads x width^2 attention floats
+    # (4 x 256 tokens: 12 MiB a tensor); 512 cut the transient of such runs 55 -> 26 MiB
+    # and the resources benchmark's anonymous peak 301-314 -> 267-276 MiB, CPU per text
+    # unchanged (turns 3.6 ms, 256-token texts 81 -> 72-75 ms; issue 14).
     run_texts: int = 8
-    run_tokens: int = 1024
+    run_tokens: int = 512
+
+
+# Engine sections: a field declared ``None`` is a parameter of the engine's own type in
+# memory/ (same name unless ``memstream.wiring`` renames it) and, left None, takes that
+# type's default: each default is written once, there, with why. The kernel imports nothing
+# of the project, so these sections name the fields and ``memstream.wiring`` builds the type.
 
 
 class ClusterSettings(_Section):
-    # Calibrated for all-MiniLM-L6-v2 (bench/clustering.py): CLAG's 0.75 / 0.65 split one
-    # topic's paraphrases into ~7 clusters here. Another encoder needs its own values.
-    merge_threshold: float = 0.55
-    create_threshold: float = 0.45
-    # CLAG engine (memory/cluster_state.py ClusterParams documents each one)
-    buffer_size: int = 8
-    buffer_max_age_s: float = 3_600.0
-    maintain_every: int = 20
-    cluster_merge_threshold: float = 0.85
-    split_min_size: int = 50
-    split_dispersion: float = 0.25
-    energy_half_life_days: float = 7.0
-    archive_energy: float = 0.1
-    merge_threshold_max: float = 0.85
-    create_threshold_min: float = 0.35
-    description_keywords: int = 6
+    # CLAG's engine: memory/cluster_state.py ClusterParams (the thresholds are calibrated for
+    # all-MiniLM-L6-v2, bench/clustering.py; another encoder needs its own values).
+    merge_threshold: float | None = None
+    create_threshold: float | None = None
+    buffer_size: int | None = None
+    buffer_max_age_s: float | None = None
+    maintain_every: int | None = None
+    cluster_merge_threshold: float | None = None
+    split_min_size: int | None = None
+    split_dispersion: float | None = None
+    energy_half_life_days: float | None = None
+    archive_energy: float | None = None
+    merge_threshold_max: float | None = None
+    create_threshold_min: float | None = None
+    description_keywords: int | None = None
     cache_users: int = 10_000  # clustering states kept in process by the memorize processor
     # No LLM routing or LLM descriptions: the ingest path makes no model call, and the same
     # log always gives the same clusters (README, "Models and data", says why).
 
 
 class RecurrenceSettings(_Section):
-    min_similar: int = 5  # RecMem on LongMemEval: 4
-    similarity: float = 0.7  # RecMem on LongMemEval: 0.6
-    entity_min_turns: int = 3
-    entity_half_life_days: float = 14.0
+    # RecMem's engine: memory/recurrence.py RecurrenceParams
+    min_similar: int | None = None  # RecMem on LongMemEval: 4
+    similarity: float | None = None  # RecMem on LongMemEval: 0.6
+    entity_min_turns: float | None = None  # a decayed count of turns
+    entity_half_life_days: float | None = None
+    eager: bool | None = None  # cost benchmark's baseline: one consolidation per event
     window_turns: int = 200  # earlier unconsolidated turns compared with a new one
-    # RecMem's published bounds: "locomo" = 5 / 0.7 (the defaults above), "longmemeval" =
+    # RecMem's published bounds: "locomo" = 5 / 0.7 (the engine's defaults), "longmemeval" =
     # 4 / 0.6. A preset fills min_similar / similarity unless they are set explicitly.
     preset: Literal["locomo", "longmemeval"] = "locomo"
-    eager: bool = False  # cost benchmark's baseline: one consolidation per event
-    common_phrase_users: int = 25  # a sentence this many users said is not salient (0 = off)
 
     @model_validator(mode="before")
     @classmethod
@@ -164,17 +173,23 @@ class ConsolidationSettings(_Section):
     batch_within_s: float = 0.5
     max_concurrency: int = 4
     max_turns: int = 40  # newest turns handed to the consolidator per trigger
-    link_similarity: float = 0.8  # memories of a user this close (cosine) are linked
-    max_links: int = 8
+    # Event time a key's memory rests between consolidations: a trigger sooner after the
+    # memory's newest turn (a burst) waits for the key's next one (memory/consolidation_jobs.py)
+    min_interval_s: float = Field(60.0, ge=0.0)
+    # Links between a user's memories: memory/links.py LinkParams (similarity, max_links)
+    link_similarity: float | None = None
+    max_links: int | None = None
 
 
 class MaintenanceSettings(_Section):
     """Strength (memory/strength.py) and the periodic workers of the consolidate role."""
 
-    strength_boost: float = 1.2  # per retrieval that uses a memory (memstream.feedback)
-    strength_decay: float = 0.99  # per decay interval
-    strength_floor: float = 0.1
-    decay_interval_s: float = 86_400.0
+    # memory/strength.py StrengthParams: boost (per retrieval that uses a memory), decay (per
+    # interval), floor, interval_s
+    strength_boost: float | None = None
+    strength_decay: float | None = None
+    strength_floor: float | None = None
+    decay_interval_s: float | None = None
     decay_every_s: float = 3_600.0  # how often the decay worker runs
     reminders_every_s: float = 30.0  # how often due open actions are looked for
     reminder_max_late_s: float = 7 * 86_400.0  # older due times are history, not reminders

@@ -2,20 +2,24 @@
 
 ``Stack`` resolves where the broker and Redis are (starting embedded ones when the settings
 leave their URLs empty); ``build_app`` builds one faust app with the agents of the roles a
-process plays, each wired to its stores. Nothing here holds an algorithm.
+process plays, each wired to its stores; ``open_longterm`` picks the Qdrant backend, and
+``engine_params`` builds the engine's parameter types in memory/ from the settings' engine
+sections. Nothing here holds an algorithm.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import faust
+from pydantic import BaseModel
 
 from memory.clustering import ClusterParams
 from memory.links import LinkParams
@@ -23,12 +27,18 @@ from memory.recurrence import RecurrenceParams
 from memory.strength import StrengthParams
 from memstream.metrics import Metrics
 from memstream.sampling import register_samplers
-from memstream.settings import ClusterSettings, QdrantSettings, Settings
+from memstream.settings import (
+    ClusterSettings,
+    ConsolidationSettings,
+    QdrantSettings,
+    RecurrenceSettings,
+    Settings,
+)
 from stores.broker import Topics, create_app, create_topics, on_start
 from stores.embedded import EmbeddedBroker, EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.llm import Consolidator, consolidator_from_settings
-from stores.longterm import LongTermStore, open_longterm
+from stores.longterm import LongTermStore
 from stores.redis_state import RedisState
 from streams.control import register_control
 from streams.encode import register_encode
@@ -39,7 +49,12 @@ from workers.locks import UserLocks
 from workers.reminders import ReminderWorker, register_reminders
 from workers.strength import StrengthWorker, register_strength
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 log = logging.getLogger("memstream")
+P = TypeVar("P", bound="DataclassInstance")
+S = TypeVar("S", bound=BaseModel)
 
 Role = Literal["process", "consolidate", "serve"]
 ALL_ROLES: frozenset[Role] = frozenset({"process", "consolidate", "serve"})
@@ -47,6 +62,19 @@ ALL_ROLES: frozenset[Role] = frozenset({"process", "consolidate", "serve"})
 # How a process opens its long-term store. The seam for fault injection: the reliability
 # suite passes a wrapper of ``open_longterm`` whose store can be switched unreachable.
 LongTermOpener = Callable[[QdrantSettings, Path], LongTermStore]
+
+
+def open_longterm(settings: QdrantSettings, data_dir: Path) -> LongTermStore:
+    """The configured backend; nothing is opened until the first call on it."""
+    # Imported here so a process only loads the engine it uses.
+    if settings.backend == "edge":
+        from stores.qdrant_edge_store import QdrantEdgeStore
+
+        return QdrantEdgeStore(Path(data_dir) / "qdrant" / settings.collection)
+    from stores.qdrant_client_store import QdrantClientStore
+
+    api_key = settings.api_key.get_secret_value() if settings.api_key else None
+    return QdrantClientStore(settings.url, settings.collection, api_key=api_key)
 
 
 @dataclass
@@ -80,31 +108,57 @@ class Stack:
         self.embedded.clear()
 
 
+# --- the engine's parameters from the settings' engine sections (memstream/settings.py) --
+
+
+def engine_fields(section: type[BaseModel]) -> list[str]:
+    """The fields of an engine section: those declared ``None`` (= the engine's default)."""
+    return [name for name, f in section.model_fields.items() if f.default is None]
+
+
+def engine_params(params: type[P], section: BaseModel, **renamed: str) -> P:
+    """``params`` with what ``section`` sets; ``renamed`` maps a params field to the section's
+    name for it. An engine field the type lacks is an error, not a setting silently dropped."""
+    name_in_section = {f.name: renamed.get(f.name, f.name) for f in dataclasses.fields(params)}
+    by_section = {v: k for k, v in name_in_section.items()}
+    if stray := sorted(set(engine_fields(type(section))) - set(by_section)):
+        raise TypeError(f"{type(section).__name__}: {params.__name__} has no field for {stray}")
+    values: dict[str, Any] = {
+        by_section[name]: value
+        for name in engine_fields(type(section))
+        if (value := getattr(section, name)) is not None
+    }
+    return params(**values)
+
+
+def written_out(section: S, params: DataclassInstance) -> S:
+    """``section`` with each engine field left None set to the engine's value (a rebuilt
+    generation records what built it, whatever a later version's defaults are)."""
+    unset = [n for n in engine_fields(type(section)) if getattr(section, n) is None]
+    values = section.model_dump() | {n: getattr(params, n) for n in unset}
+    return type(section).model_validate(values)  # validated: the engine's type may be wider
+
+
 def cluster_params(c: ClusterSettings) -> ClusterParams:
-    return ClusterParams(
-        merge_threshold=c.merge_threshold,
-        create_threshold=c.create_threshold,
-        buffer_size=c.buffer_size,
-        buffer_max_age_s=c.buffer_max_age_s,
-        maintain_every=c.maintain_every,
-        cluster_merge_threshold=c.cluster_merge_threshold,
-        split_min_size=c.split_min_size,
-        split_dispersion=c.split_dispersion,
-        energy_half_life_days=c.energy_half_life_days,
-        archive_energy=c.archive_energy,
-        merge_threshold_max=c.merge_threshold_max,
-        create_threshold_min=c.create_threshold_min,
-        description_keywords=c.description_keywords,
-    )
+    return engine_params(ClusterParams, c)
+
+
+def recurrence_params(r: RecurrenceSettings) -> RecurrenceParams:
+    return engine_params(RecurrenceParams, r)
+
+
+def link_params(c: ConsolidationSettings) -> LinkParams:
+    return engine_params(LinkParams, c, similarity="link_similarity")
 
 
 def strength_params(settings: Settings) -> StrengthParams:
-    m = settings.maintenance
-    return StrengthParams(
-        boost=m.strength_boost,
-        decay=m.strength_decay,
-        floor=m.strength_floor,
-        interval_s=m.decay_interval_s,
+    return engine_params(
+        StrengthParams,
+        settings.maintenance,
+        boost="strength_boost",
+        decay="strength_decay",
+        floor="strength_floor",
+        interval_s="decay_interval_s",
     )
 
 
@@ -179,19 +233,21 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         memorizer = Memorizer(
             state=deps.state,
             cluster_params=cluster_params(settings.cluster),
-            recurrence_params=RecurrenceParams(
-                min_similar=settings.recurrence.min_similar,
-                similarity=settings.recurrence.similarity,
-                entity_min_turns=settings.recurrence.entity_min_turns,
-                entity_half_life_days=settings.recurrence.entity_half_life_days,
-                eager=settings.recurrence.eager,
-            ),
+            recurrence_params=recurrence_params(settings.recurrence),
             window=settings.recurrence.window_turns,
-            common_phrase_users=settings.recurrence.common_phrase_users,
             # A cluster's description often repeats; the cache gives the same bytes back.
             embed=partial(deps.encoder.encode, cache=True),
         )
-        register_memorize(app, topics, memorizer, metrics)
+        # memorize takes the batches the encode stage makes (one Redis read and one
+        # transaction per user per batch); a short wait, as events arrive already batched.
+        register_memorize(
+            app,
+            topics,
+            memorizer,
+            metrics,
+            batch_size=settings.encoder.batch_size,
+            within_s=min(settings.encoder.batch_within_s, 0.02),
+        )
         # Forget commands: the partition owner drops the user's in-flight data too.
         register_control(app, topics, deps.state, deps.longterm, metrics)
     if "consolidate" in roles:
@@ -208,8 +264,9 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
             metrics=metrics,
             max_turns=c.max_turns,
             max_concurrency=c.max_concurrency,
+            min_interval_s=c.min_interval_s,
             locks=locks,
-            links=LinkParams(similarity=c.link_similarity, max_links=c.max_links),
+            links=link_params(c),
             strength=strength_params(settings),
         )
         register_consolidate(

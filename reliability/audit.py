@@ -23,8 +23,9 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from memstream.settings import QdrantSettings
+from memstream.wiring import open_longterm
 from reliability.cluster import Deployment, read_topic
-from stores.longterm import memory_point_id, open_longterm
+from stores.longterm import memory_point_id
 from stores.redis_state import user_tag
 
 User = tuple[str, str]

@@ -2,7 +2,8 @@
 
 This module owns starting and stopping the pieces the way an operator runs them: the
 broker and Valkey as their own processes (``stores.embedded``), and memstream's roles as
-subprocesses pointed at them by environment variables:
+processes of ``memstream.launch`` (through ``reliability.roles``, for its Qdrant outage
+switch) with settings pointing at them:
 
 - ``stream``: the processors (encode, memorize), the only writer of per-user Redis state;
 - ``memory``: the consolidator AND the RPC, in one process because Qdrant Edge (the
@@ -15,132 +16,63 @@ Each role process has its own data folder, so only ``memory`` ever opens the Edg
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
-from memstream.settings import hash_api_key
+from memstream.launch import ALL_ROLES, Process, wait_for, with_overrides
+from memstream.settings import Settings, hash_api_key
+from memstream.wiring import Role
+from reliability.roles import ENTRY, QDRANT_DOWN_ENV
 from stores.broker import bootstrap_servers
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
-ROLES = {
-    "stream": ("process",),
-    "memory": ("consolidate", "serve"),
-    "all": ("process", "consolidate", "serve"),
+ROLES: dict[str, frozenset[Role]] = {
+    "stream": frozenset({"process"}),
+    "memory": frozenset({"consolidate", "serve"}),
+    "all": ALL_ROLES,
 }
 
 
-def wait_until(
-    check: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.2
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(poll_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+class RoleProcess(Process):
+    """One memstream process of the deployment, by its name in ``ROLES``; its ``/metrics``
+    answer on ``port`` (the RPC's when it serves)."""
 
-
-@dataclass
-class RoleProcess:
-    """One memstream subprocess; its /metrics answers on ``port`` (the RPC's when it serves)."""
-
-    name: str
-    env: dict[str, str]
-    data_dir: Path
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, name: str, settings: Settings, env: dict[str, str]) -> None:
+        super().__init__(
+            settings,
+            ROLES[name],
+            log_path=settings.data_dir / f"{name}.log",
+            env=env,
+            entry=ENTRY,
+        )
+        self.name = name
+        self.restarts = 0
 
     @property
     def serves(self) -> bool:
-        return "serve" in ROLES[self.name]
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
-
-    def start(self, timeout_s: float = 120.0) -> RoleProcess:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.data_dir / f"{self.name}.log").open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reliability.roles", *ROLES[self.name]],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_until(self._answers, timeout_s, f"the {self.name} process (log: {log.name})")
-        return self
-
-    def _answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            tail = (self.data_dir / f"{self.name}.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {tail}")
-        try:
-            return httpx.get(self.metrics_url, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL: no drain, no offset commit, no flush — the crash a power cut is."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        return "serve" in self.roles
 
     def restart(self, timeout_s: float = 120.0) -> RoleProcess:
         self.restarts += 1
         return self.start(timeout_s)
 
     def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
+        self.send(signal.SIGSTOP)
 
     def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGCONT)  # a paused process cannot handle SIGTERM
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.send(signal.SIGCONT)
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` matching ``labels`` on this process's /metrics."""
-        total = 0.0
-        for line in httpx.get(self.metrics_url, timeout=10).text.splitlines():
-            if not line.startswith(name):
-                continue
-            head, _, value = line.rpartition(" ")
-            metric, _, raw = head.partition("{")
-            if metric != name:
-                continue
-            pairs = dict(p.split("=", 1) for p in raw.rstrip("}").split(",") if "=" in p)
-            if all(pairs.get(k, "").strip('"') == v for k, v in labels.items()):
-                total += float(value)
-        return total
+        return self.metrics(timeout_s=10).get(name, **labels)
 
 
 @dataclass
@@ -150,7 +82,8 @@ class Deployment:
     root: Path
     persist_redis: bool = True
     api_keys: dict[str, str] = field(default_factory=dict)  # clear key -> tenant
-    extra_env: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # settings of every process
+    qdrant_down_file: Path | None = None  # the outage switch (reliability.roles)
     prefix: str = field(default_factory=lambda: f"r{uuid.uuid4().hex[:8]}")
     partitions: int = 4
     broker: EmbeddedBroker | None = None
@@ -162,31 +95,32 @@ class Deployment:
         self.redis = EmbeddedRedis(self.root / "redis", persist=self.persist_redis).start()
         return self
 
-    def env(self, name: str, port: int) -> dict[str, str]:
+    def settings(self, name: str, port: int) -> Settings:
+        """The settings of role process ``name``: the suite's own (``MEMSTREAM_*`` of the
+        shell, checked), the services, the prefix, the port, then ``overrides``."""
         assert self.broker is not None
         assert self.redis is not None
-        env = {
-            **os.environ,
-            "MEMSTREAM_DATA_DIR": str(self.root / name),
-            "MEMSTREAM_KAFKA__BROKER": self.broker.url,
-            "MEMSTREAM_KAFKA__TOPIC_PREFIX": self.prefix,
-            "MEMSTREAM_KAFKA__PARTITIONS": str(self.partitions),
-            "MEMSTREAM_REDIS__URL": self.redis.url,
-            "MEMSTREAM_REDIS__PREFIX": self.prefix,
-            "MEMSTREAM_RPC__PORT": str(port),
-            "MEMSTREAM_METRICS_PORT": "0" if "serve" in ROLES[name] else str(port),
-            "MEMSTREAM_METRICS_INTERVAL_S": "2",
-            "MEMSTREAM_LOG_LEVEL": "warning",
-            **self.extra_env,
+        serves = "serve" in ROLES[name]
+        ours: dict[str, Any] = {
+            "data_dir": self.root / name,
+            "kafka": {
+                "broker": self.broker.url,
+                "topic_prefix": self.prefix,
+                "partitions": self.partitions,
+            },
+            "redis": {"url": self.redis.url, "prefix": self.prefix},
+            "rpc": {"port": port},
+            "metrics_port": 0 if serves else port,
+            "metrics_interval_s": 2.0,
+            "log_level": "warning",
         }
-        if self.api_keys:
-            keys = {hash_api_key(k): t for k, t in self.api_keys.items()}
-            env["MEMSTREAM_RPC__API_KEYS"] = json.dumps(keys)
-        return env
+        keys = {"rpc": {"api_keys": {hash_api_key(k): t for k, t in self.api_keys.items()}}}
+        return with_overrides(Settings(), ours, self.overrides, keys if self.api_keys else {})
 
     def start(self, name: str) -> RoleProcess:
-        port = free_port()
-        process = RoleProcess(name, self.env(name, port), self.root / name, port)
+        down = self.qdrant_down_file
+        env = {QDRANT_DOWN_ENV: str(down)} if down is not None else {}
+        process = RoleProcess(name, self.settings(name, free_port()), env)
         self.processes[name] = process
         return process.start()
 
@@ -207,12 +141,12 @@ class Deployment:
         port = self.redis.port
         self.redis.stop()
         # stop() may return before a slow shutdown ends; a start then would see it running.
-        wait_until(lambda: not _listening(port), 60, f"Valkey to leave port {port}")
+        wait_for(lambda: not _listening(port), 60, f"Valkey to leave port {port}")
         time.sleep(outage_s)
         # Safe on the same folder: Valkey runs as this object's own foreground child (no
         # pid file, no daemon), and stop() waited for it to exit.
         self.redis.start()
-        wait_until(lambda: _listening(port), 60, f"Valkey back on port {port}")
+        wait_for(lambda: _listening(port), 60, f"Valkey back on port {port}")
 
     def restart_broker(self, port: int | None = None) -> None:
         """Stop the in-memory broker (it forgets every topic) and start it on the same port

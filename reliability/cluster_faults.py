@@ -27,13 +27,14 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from memstream.launch import merge_overrides
 from reliability.cluster import ROLES, Deployment
 from reliability.core import Context, Row
 from reliability.pipeline import faults_label, run_pipeline, stream_file
 from reliability.progress import Fault
 from stores.real_clusters import (
     ClusterService,
-    cluster_environment,
+    cluster_settings,
     kafka_cluster,
     redis_cluster,
     redis_primary,
@@ -41,7 +42,7 @@ from stores.real_clusters import (
 from stores.redis_client import async_redis
 
 NAME = "cluster_faults"
-ROLES.setdefault("stream-2", ("process",))  # a second worker of the same consumer group
+ROLES.setdefault("stream-2", frozenset({"process"}))  # a second worker of the same consumer group
 
 
 @dataclass
@@ -55,7 +56,7 @@ class ClusterDeployment(Deployment):
         # The clusters outlive the row; what it needs of them is only their URLs.
         self.broker = self.kafka.start()  # type: ignore[assignment]
         self.redis = self.redis_service.start()  # type: ignore[assignment]
-        self.extra_env = {**cluster_environment(), **self.extra_env}
+        self.overrides = merge_overrides(cluster_settings(), self.overrides)
         return self
 
     def redis_client(self) -> Redis:
@@ -125,7 +126,7 @@ async def run_row(ctx: Context, label: str, faults: list[Fault], n: int) -> Row:
     # Every turn of the row stays in the hot tier (the generated stream spans months), so
     # the faults hit Redis with the whole stream's writes; the audit reads the archive too.
     deployment = ClusterDeployment(
-        root, partitions=4, extra_env={"MEMSTREAM_REDIS__SHORT_TERM_TTL_DAYS": "36500"}
+        root, partitions=4, overrides={"redis": {"short_term_ttl_days": 36500.0}}
     )
     try:
         outcome = await run_pipeline(

@@ -135,7 +135,7 @@ async def run(ctx: Context) -> list[Row]:
 
     disturbed = Deployment(
         root / "disturbed",
-        extra_env={"RELIABILITY_QDRANT_DOWN_FILE": str(root / "disturbed" / QDRANT_DOWN)},
+        qdrant_down_file=root / "disturbed" / QDRANT_DOWN,
     )
     seen: dict[str, float] = {}
     try:

@@ -17,7 +17,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from bench.generate import generate_events, write_jsonl
-from memstream.replay import replay_file
+from memstream.ops.replay import replay_file
 from reliability.audit import (
     Snapshot,
     User,

@@ -1,16 +1,16 @@
-"""``python -m reliability.roles ROLE...``: one memstream process playing only these roles.
+"""``python -m reliability.roles run --roles R``: ``memstream run`` with a Qdrant outage switch.
 
-The CLI offers ``worker`` (process), ``consolidator`` and ``serve`` alone; with Qdrant Edge
-the consolidator and the RPC must share the process that owns the shard, and no CLI command
-plays exactly that pair, so the suite starts its processes through this entry point.
+The suite starts its processes through ``memstream.launch`` with this module as the entry
+(``Process(..., entry=ENTRY)``); it takes the same ``run --roles`` as the CLI.
 
 Qdrant outage switch (the one fault the suite cannot make for real): with no Qdrant server
 installable here, the long-term store is Edge, in process, and "Qdrant down" would mean
-"this process down". With ``RELIABILITY_QDRANT_DOWN_FILE`` set, every long-term call made
-while that file exists fails exactly as qdrant-client fails against a server that does not
-answer (``ResponseHandlingException`` around an ``httpx.ConnectError``), so the outage path
-of the real consolidator and its metrics run unchanged. The store comes in through
-``run_process``'s ``open_store`` seam (off by default). Nothing outside the suite sets it.
+"this process down". With ``RELIABILITY_QDRANT_DOWN_FILE`` (``QDRANT_DOWN_ENV``) set, every
+long-term call made while that file exists fails exactly as qdrant-client fails against a
+server that does not answer (``ResponseHandlingException`` around an
+``httpx.ConnectError``), so the outage path of the real consolidator and its metrics run
+unchanged. The store comes in through ``run_process``'s ``open_store`` seam (off by
+default). Nothing outside the suite sets it.
 """
 
 from __future__ import annotations
@@ -24,11 +24,15 @@ from typing import Any, cast
 import httpx
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from memstream.launch import parse_roles
 from memstream.logs import logging_config
 from memstream.runtime import run_process
 from memstream.settings import QdrantSettings, Settings
-from memstream.wiring import ALL_ROLES, LongTermOpener, Role
-from stores.longterm import LongTermStore, open_longterm
+from memstream.wiring import LongTermOpener, open_longterm
+from stores.longterm import LongTermStore
+
+ENTRY = "reliability.roles"
+QDRANT_DOWN_ENV = "RELIABILITY_QDRANT_DOWN_FILE"
 
 
 class SwitchableLongTerm:
@@ -62,16 +66,20 @@ def switchable_opener(down_file: Path) -> LongTermOpener:
 
 
 def main(argv: list[str]) -> int:
-    roles = frozenset(r for r in ALL_ROLES if r in argv)
-    if not roles or len(roles) != len(set(argv)):
-        print(f"usage: python -m reliability.roles {{{'|'.join(sorted(ALL_ROLES))}}}...")
+    """``run --roles R``, as ``memstream run`` takes it (``memstream.launch`` starts both)."""
+    if len(argv) != 3 or argv[:2] != ["run", "--roles"]:
+        print("usage: python -m reliability.roles run --roles ROLE[,ROLE...]")
+        return 2
+    try:
+        roles = parse_roles(argv[2])
+    except ValueError as exc:
+        print(exc)
         return 2
     settings = Settings()
-    down_file = os.environ.get("RELIABILITY_QDRANT_DOWN_FILE")
+    down_file = os.environ.get(QDRANT_DOWN_ENV)
     opener = switchable_opener(Path(down_file)) if down_file else open_longterm
     logging.config.dictConfig(logging_config(settings.log_level))
-    chosen: frozenset[Role] = roles
-    return run_process(settings, chosen, open_store=opener)
+    return run_process(settings, roles, open_store=opener)
 
 
 if __name__ == "__main__":

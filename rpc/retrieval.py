@@ -9,7 +9,7 @@ Two things keep it cheap under load:
 
 - ``QueryEncoder`` lets concurrent queries share one encoder call (a micro-batch), so the
   RPC's throughput is the encoder's batched rate, not its one-text-at-a-time rate.
-- Short-term turns are not read per query: ``rpc.turn_index.TurnIndex`` keeps each user's
+- Short-term turns are not read per query: ``stores.turn_index.TurnIndex`` keeps each user's
   vectors, texts and BM25 postings in process and re-syncs only what changed, on a version
   token ``memorize`` bumps. A query then costs one tiny Redis read plus numpy.
 - ``TokenCounter`` counts the context's tokens line by line, memoised, where that gives
@@ -43,7 +43,6 @@ from memory.ranking import (
 from memory.render import memory_text
 from memory.text import extract_entities, lookup_keys
 from memstream.metrics import Metrics
-from rpc.turn_index import TurnIndex, UserTurns
 from schemas import (
     ConsolidatedMemory,
     RetrievedItem,
@@ -53,6 +52,7 @@ from schemas import (
 from stores.longterm import LongTermStore, ScoredMemory
 from stores.short_term import ShortTermState
 from stores.text_encoder import TextEncoder
+from stores.turn_index import TurnIndex, UserTurns
 
 
 class QueryEncoder:
@@ -165,7 +165,7 @@ class Retriever:
     short_term_candidates: int  # turns of the user considered (newest first); 0 = all
     params: RankingParams = field(default_factory=RankingParams)
     turn_cache_users: int = 256
-    turn_cache_bytes: int = 1 << 30  # the turn index's memory budget (rpc/turn_index.py)
+    turn_cache_bytes: int = 1 << 30  # the turn index's memory budget (stores/turn_index.py)
     short_term_mode: ShortTermMode = "flat"
 
     def __post_init__(self) -> None:

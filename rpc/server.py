@@ -213,7 +213,7 @@ def create_api(deps: ApiDeps) -> FastAPI:
     )
 
     api.state.settings = settings
-    api.state.deps = deps  # memstream.rebuild swaps deps.retriever when the generation switches
+    api.state.deps = deps  # memstream.generations swaps deps.retriever when the generation switches
 
     api.add_middleware(RequestGuard, max_body_bytes=settings.rpc.max_body_bytes, metrics=metrics)
 

@@ -14,9 +14,9 @@ from rpc.feedback import FeedbackSink
 from rpc.retrieval import QueryEncoder, Retriever
 from rpc.server import ApiDeps, create_api
 from stores.broker import EventPublisher
-from stores.encoder import OnnxEncoder
 from stores.longterm import LongTermStore
-from stores.redis_state import RedisState
+from stores.short_term import ShortTermState
+from stores.text_encoder import TextEncoder
 
 
 class GuestServer(uvicorn.Server):
@@ -31,8 +31,8 @@ async def start_api(
     settings: Settings,
     *,
     broker_url: str,
-    encoder: OnnxEncoder,
-    state: RedisState,
+    encoder: TextEncoder,
+    state: ShortTermState,
     longterm: LongTermStore,
     metrics: Metrics,
 ) -> tuple[FastAPI, EventPublisher]:

@@ -13,26 +13,24 @@ import hashlib
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from memory.clustering import (
-    Cluster,
+from memory.clustering import Cluster
+from memory.hot_tier import evictions
+from schemas import StoredTurn
+from stores.codecs import (
     cluster_from_bytes,
     cluster_to_bytes,
     engine_from_bytes,
     engine_to_bytes,
-)
-from memory.hot_tier import evictions
-from memory.recurrence import (
     key_state_from_json,
     key_state_to_json,
     signal_from_bytes,
     signal_to_bytes,
 )
-from schemas import StoredTurn
-from stores.redis_state import TurnWithVector, UserSnapshot, UserUpdate
+from stores.redis_state import TurnWithVector, UserRead, UserSnapshot, UserUpdate, UserWrite
 from stores.text_encoder import FloatArray
 
 DAY_S = 86_400
@@ -64,7 +62,7 @@ class _User:
     done_triggers: set[str] = field(default_factory=set)
     event_triggers: dict[str, dict[str, bytes]] = field(default_factory=dict)
     reminders: set[str] = field(default_factory=set)
-    phrases: set[str] = field(default_factory=set)
+    heard: set[str] = field(default_factory=set)
 
     def key_count(self) -> int:
         """How many Redis keys this user's state occupies (what ``delete_user`` reports)."""
@@ -74,7 +72,7 @@ class _User:
             self.pending,
             self.clusters,
             self.keys,
-            self.phrases,
+            self.heard,
         )
         meta = self.tver is not None or self.engine is not None or self.tall > 0
         return (
@@ -97,7 +95,6 @@ class FakeShortTermState:
         self.max_turns = max_turns
         self._users: dict[tuple[str, str], _User] = {}
         self._forgotten: dict[tuple[str, str], float] = {}
-        self._phrase_counts: dict[str, dict[str, int]] = {}
         self.applied = 0  # how many updates were applied (assertions on writes)
 
     def _user(self, tenant_id: str, user_id: str) -> _User:
@@ -114,6 +111,14 @@ class FakeShortTermState:
         return None
 
     async def load_user(self, tenant_id: str, user_id: str, event_id: str) -> UserSnapshot:
+        [snapshot] = await self.load_users([UserRead(tenant_id, user_id, (event_id,))])
+        return snapshot
+
+    async def load_users(self, reads: Sequence[UserRead]) -> list[UserSnapshot]:
+        return [self._snapshot(r) for r in reads]
+
+    def _snapshot(self, read: UserRead) -> UserSnapshot:
+        tenant_id, user_id = read.tenant_id, read.user_id
         u = self._peek(tenant_id, user_id)
         clusters = None
         if u.generation and u.engine is not None:
@@ -123,7 +128,8 @@ class FakeShortTermState:
             (signal_from_bytes(b) for b in u.pending.values()), key=lambda p: (p.ts, p.event_id)
         )
         return UserSnapshot(
-            already_processed=event_id in u.seen,
+            processed=frozenset(e for e in read.event_ids if e in u.seen),
+            heard=frozenset(p for p in read.phrases if p in u.heard),
             clusters=clusters,
             pending=pending,
             keys={name: key_state_from_json(v) for name, v in u.keys.items()},
@@ -176,22 +182,26 @@ class FakeShortTermState:
             u.version += 1
         for name, key_state in update.keys.items():
             u.keys[name] = key_state_to_json(key_state)
+        u.heard.update(update.heard)
+        if update.triggers:
+            u.event_triggers.setdefault(update.event_id, {}).update(update.triggers)
         u.seen.add(update.event_id)
         self.applied += 1
 
-    async def phrase_users(self, tenant_id: str, phrases: Sequence[str]) -> list[int]:
-        counts = self._phrase_counts.get(tenant_id, {})
-        return [counts.get(p, 0) for p in phrases]
-
-    async def record_phrases(self, tenant_id: str, user_id: str, phrases: Sequence[str]) -> None:
-        if not phrases:
-            return
-        own = self._user(tenant_id, user_id).phrases
-        counts = self._phrase_counts.setdefault(tenant_id, {})
-        for phrase in phrases:
-            if phrase not in own:
-                own.add(phrase)
-                counts[phrase] = counts.get(phrase, 0) + 1
+    async def apply_users(self, writes: Sequence[UserWrite]) -> None:
+        # One by one, as the contract says it equals; the user's updates share one cluster
+        # generation, as in one Redis transaction.
+        users = [(w.tenant_id, w.user_id) for w in writes if w.updates]
+        if len(set(users)) != len(users):
+            raise ValueError("apply_users: a user appears in more than one UserWrite")
+        for w in writes:
+            generation = next(
+                (u.cluster_version[0] for u in w.updates if u.clusters is not None), ""
+            )
+            generation = generation or uuid.uuid4().hex
+            for update in w.updates:
+                version = (generation, update.cluster_version[1])
+                await self.apply(w.tenant_id, w.user_id, replace(update, cluster_version=version))
 
     async def remember_event_triggers(
         self, tenant_id: str, user_id: str, event_id: str, triggers: dict[str, bytes]

@@ -1,5 +1,6 @@
-"""Long-term memory store: the `LongTermStore` Protocol, the helpers both backends share,
-and `open_longterm`, which picks a backend from settings.
+"""Long-term memory store: the `LongTermStore` Protocol and the helpers both backends share
+(`memstream.wiring.open_longterm` picks a backend from settings: the backends import this
+module, never the other way round).
 
 Backends: `stores.qdrant_edge_store` (Qdrant Edge in-process, the embedded default) and
 `stores.qdrant_client_store` (qdrant-client against a server, or its `:memory:` local
@@ -15,7 +16,7 @@ The same store holds the turn archive: every turn a user said, one point per tur
 `turn_point_id`), in a second collection beside the memories (`<collection>_turns`).
 It is what keeps a turn retrievable after it left short-term memory in Redis: the
 archive worker (`workers.archive`) writes every encoded turn through, and the RPC's turn
-index (`rpc.turn_index`) reads a user's archive once and ranks it with the hot turns.
+index (`stores.turn_index`) reads a user's archive once and ranks it with the hot turns.
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from memstream.settings import QdrantSettings
 from schemas.memories import ConsolidatedMemory, StoredTurn
 
 # Fixed for the life of the project: changing it would orphan every stored memory id.
@@ -326,16 +325,3 @@ def owned_by(payload: Payload | None, tenant_id: str, user_id: str) -> bool:
         and payload.get("tenant_id") == tenant_id
         and payload.get("user_id") == user_id
     )
-
-
-def open_longterm(settings: QdrantSettings, data_dir: Path) -> LongTermStore:
-    """The configured backend; nothing is opened until the first call on it."""
-    # Imported here so a process only loads the engine it uses.
-    if settings.backend == "edge":
-        from stores.qdrant_edge_store import QdrantEdgeStore
-
-        return QdrantEdgeStore(Path(data_dir) / "qdrant" / settings.collection)
-    from stores.qdrant_client_store import QdrantClientStore
-
-    api_key = settings.api_key.get_secret_value() if settings.api_key else None
-    return QdrantClientStore(settings.url, settings.collection, api_key=api_key)

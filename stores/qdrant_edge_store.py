@@ -174,7 +174,11 @@ class _Shard:
         indexed = self.shard.info().payload_schema
         for name in self.indexes:
             if name not in indexed:
-                schema = KeywordIndexParams(is_tenant=name == TENANT_FIELD)
+                # Cold: the index is read through mmap, not built in RAM when the shard
+                # opens. At 100k memories: anonymous RSS after opening 87 -> 49 MiB, RSS
+                # after 400 user-filtered searches 305 -> 274 MiB, search p50 unchanged
+                # (~0.5 ms). Fixed when an index is created: older shards keep theirs.
+                schema = KeywordIndexParams(is_tenant=name == TENANT_FIELD, memory=Memory.Cold)
                 self.shard.update(UpdateOperation.create_field_index(name, schema))
         return self.shard
 

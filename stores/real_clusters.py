@@ -13,6 +13,9 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from memstream.settings import ENV_NESTED, ENV_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA = ROOT / "deploy" / "kafka" / "cluster.sh"
@@ -20,16 +23,29 @@ REDIS = ROOT / "deploy" / "redis-cluster" / "cluster.sh"
 STACK_ENV = "MEMSTREAM_TEST_STACK"
 
 
-def cluster_environment() -> dict[str, str]:
+def cluster_settings() -> dict[str, Any]:
     """What memstream is set to on the clusters (README, operator section), besides the
-    URLs: every topic in 3 copies (the brokers have min.insync.replicas=2), a session
-    timeout within a stock broker's bounds (group.min.session.timeout.ms = 6 s), and
-    at-least-once processing: faust's exactly_once measured slower, a second more per hop
-    and still duplicating records after a crash (bench/delivery.py, BENCHMARKS.md)."""
+    URLs, as settings overrides: every topic in 3 copies (the brokers have
+    min.insync.replicas=2), a session timeout within a stock broker's bounds
+    (group.min.session.timeout.ms = 6 s), and at-least-once processing: faust's
+    exactly_once measured slower, a second more per hop and still duplicating records after
+    a crash (bench/delivery.py, BENCHMARKS.md)."""
     return {
-        "MEMSTREAM_KAFKA__REPLICATION_FACTOR": "3",
-        "MEMSTREAM_KAFKA__SESSION_TIMEOUT_S": "6",
-        "MEMSTREAM_KAFKA__PROCESSING_GUARANTEE": "at_least_once",
+        "kafka": {
+            "replication_factor": 3,
+            "session_timeout_s": 6.0,
+            "processing_guarantee": "at_least_once",
+        }
+    }
+
+
+def cluster_environment() -> dict[str, str]:
+    """``cluster_settings`` as the variables that set them (the test session's, which every
+    Settings made in tests/conftest.py reads)."""
+    return {
+        f"{ENV_PREFIX}{section}{ENV_NESTED}{name}".upper(): str(value)
+        for section, fields in cluster_settings().items()
+        for name, value in fields.items()
     }
 
 

@@ -15,6 +15,9 @@ one shard and a user's update can be one MULTI/EXEC transaction:
                                        tver: turn version (fresh on every write), tall:
                                        turns ever written, newest: newest event time
     {p}:{t:u}:keys              hash   recurrence key -> KeyState JSON
+    {p}:{t:u}:heard             set    sentence fingerprints (memory.text.phrase_keys) the
+                                       user heard from the assistant or system (see
+                                       memory.memorize.canned_phrases); no TTL
     {p}:{t:u}:seen:<event_id>   string processed-event marker (idempotency); TTL
     {p}:{t:u}:trig:<trigger_id> string consolidated-trigger marker; TTL
     {p}:{t:u}:etrig:<event_id>  hash   trigger id -> RecurrenceTrigger JSON an event emitted,
@@ -32,6 +35,11 @@ store's archive, which the RPC ranks with the hot turns.
 Writers: the ``memorize`` processor owning the user's partition writes everything except
 ``trig:`` markers, which the consolidator owning the user writes.
 
+Batches. memorize reads a fetched batch's users in one pipeline (``load_users``) and writes
+them with ``apply_users``: per user one MULTI/EXEC holding every event of the user in the
+batch, equal to applying them one by one (the hot tier is read once and its evictions
+chained in process); on one server all users' blocks go in one round trip.
+
 Cluster cache. Loading and decoding a few hundred clusters per event costs milliseconds, and
 the clustering state changes only through ``apply``, called by the state's one writer. So
 ``RedisState`` keeps the last ``ClusterState`` it wrote per user in process, tagged with the
@@ -43,34 +51,33 @@ reads the clusters from Redis again.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from typing import TypedDict, Unpack
 
 import numpy as np
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import RedisCluster
 
-from memory.clustering import (
-    Cluster,
-    ClusterState,
+from memory.clustering import Cluster, ClusterState
+from memory.hot_tier import Eviction, cutoff, evictions, prefix_needed
+from memory.recurrence import KeyState, TurnSignal
+from schemas import StoredTurn
+from stores.codecs import (
     cluster_from_bytes,
     cluster_to_bytes,
     engine_from_bytes,
     engine_to_bytes,
-)
-from memory.hot_tier import Eviction, cutoff, evictions, prefix_needed
-from memory.recurrence import (
-    KeyState,
-    TurnSignal,
     key_state_from_json,
     key_state_to_json,
     signal_from_bytes,
     signal_to_bytes,
 )
-from schemas import StoredTurn
 from stores.redis_client import SlotTransactions, async_redis
 
 DAY_S = 86_400
@@ -98,15 +105,32 @@ class TurnWithVector:
 
 
 @dataclass(frozen=True)
-class UserSnapshot:
-    """What ``memorize`` reads before it handles one event of a user."""
+class UserRead:
+    """What ``load_users`` is asked of one user: which of ``event_ids`` were processed, and
+    which of ``phrases`` are in the user's heard set."""
 
-    already_processed: bool
+    tenant_id: str
+    user_id: str
+    event_ids: Sequence[str] = ()
+    phrases: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class UserSnapshot:
+    """What ``memorize`` reads before it handles a user's events."""
+
     clusters: ClusterState | None  # None: the user has no clustering state yet
     pending: list[TurnSignal]  # oldest first
     keys: dict[str, KeyState]
     cluster_version: tuple[str, int] = ("", 0)  # (generation, version) the state was read at
     forgotten_at: float | None = None  # the user was forgotten then: older events are dropped
+    processed: frozenset[str] = frozenset()  # of the event ids asked, those already applied
+    heard: frozenset[str] = frozenset()  # of the phrases asked, those in the heard set
+
+    @property
+    def already_processed(self) -> bool:
+        """Whether an event asked for (``load_user``: the one) was applied already."""
+        return bool(self.processed)
 
 
 @dataclass
@@ -123,6 +147,49 @@ class UserUpdate:
     clusters_removed: Sequence[str] = ()  # cluster ids merged away
     cluster_version: tuple[str, int] = ("", 0)  # the snapshot's, handed back
     keys: dict[str, KeyState] = field(default_factory=dict)
+    heard: Sequence[str] = ()  # phrases the user heard from the assistant (a set: no TTL)
+    # Trigger id -> payload this event emitted, kept like ``remember_event_triggers`` (in the
+    # event's transaction: a duplicate replay finds them exactly when the event is marked).
+    triggers: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UserWrite:
+    """One user's updates of a batch, in event order, for ``apply_users``."""
+
+    tenant_id: str
+    user_id: str
+    updates: Sequence[UserUpdate]
+
+
+def snapshot_after(snapshot: UserSnapshot, update: UserUpdate) -> UserSnapshot:
+    """What ``load_users`` would read (asked the same) once ``update`` is applied.
+
+    memorize chains a user's events of one batch through it instead of re-reading Redis,
+    so values go through the stored form exactly as a read would give them back (pending
+    vectors in float16, keys through their JSON).
+    """
+    pending = {p.event_id: p for p in snapshot.pending}
+    if update.pending_add is not None:
+        pending[update.turn.event_id] = _decode_signal(signal_to_bytes(update.pending_add))
+    for event_id in update.pending_remove:
+        pending.pop(event_id, None)
+    keys = dict(snapshot.keys)
+    for name, state in update.keys.items():
+        keys[name] = key_state_from_json(key_state_to_json(state))
+    generation, version = snapshot.cluster_version
+    clusters = snapshot.clusters
+    if update.clusters is not None:
+        clusters, version = update.clusters, version + 1
+    return replace(
+        snapshot,
+        clusters=clusters,
+        pending=sorted(pending.values(), key=lambda p: (p.ts, p.event_id)),
+        keys=keys,
+        cluster_version=(generation, version),
+        processed=snapshot.processed | {update.event_id},
+        heard=snapshot.heard | frozenset(update.heard),
+    )
 
 
 class StateOptions(TypedDict, total=False):
@@ -181,86 +248,91 @@ class RedisState:
     # -- memorize: read, then write atomically -------------------------------------------
 
     async def load_user(self, tenant_id: str, user_id: str, event_id: str) -> UserSnapshot:
-        k = partial(self._key, tenant_id, user_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.exists(k("seen", event_id))
-        pipe.hmget(k("meta"), "cgen", "cver")
-        pipe.hgetall(k("pending"))
-        pipe.hgetall(k("keys"))
-        pipe.get(self._forgotten_key(tenant_id, user_id))
-        seen, (gen, ver), raw_pending, raw_keys, forgotten = await pipe.execute()
-        version = ((gen or b"").decode(), int(ver or 0))
-        clusters = await self._cluster_state(tenant_id, user_id, version)
-        pending = sorted(
-            (_decode_signal(v) for v in raw_pending.values()), key=lambda p: (p.ts, p.event_id)
-        )
-        keys = {name.decode(): key_state_from_json(v.decode()) for name, v in raw_keys.items()}
-        return UserSnapshot(
-            already_processed=bool(seen),
-            clusters=clusters,
-            pending=pending,
-            keys=keys,
-            cluster_version=version,
-            forgotten_at=float(forgotten) if forgotten is not None else None,
-        )
+        [snapshot] = await self.load_users([UserRead(tenant_id, user_id, (event_id,))])
+        return snapshot
 
-    async def _hot_tier(
-        self, tenant_id: str, user_id: str, turn: StoredTurn
-    ) -> tuple[Eviction, bool]:
-        """What leaves the hot tier as ``turn`` is written (``memory.hot_tier``), and whether
-        ``turn`` was on the timeline already. Read before the transaction: memorize is the
-        user's one writer, so nothing changes in between."""
-        k = partial(self._key, tenant_id, user_id)
+    async def load_users(self, reads: Sequence[UserRead]) -> list[UserSnapshot]:
+        """Every user's snapshot in one pipelined read (clusters not in the cache: one more)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(k("meta"), "newest")
-        pipe.zcard(k("timeline"))
-        pipe.smembers(k("pinned"))
-        pipe.zscore(k("timeline"), turn.event_id)
-        raw_newest, total, raw_pinned, score = await pipe.execute()
-        newest = float(raw_newest) if raw_newest is not None else None
-        pinned = {p.decode() for p in raw_pinned}
-        ts = turn.ts.timestamp()
-        limit = cutoff(ts if newest is None else max(newest, ts), self.ttl_s)
-        needed = prefix_needed(int(total), len(pinned), self.max_turns)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zrangebyscore(k("timeline"), "-inf", f"({limit}", withscores=True)
-        pipe.zrange(k("timeline"), 0, needed - 1, withscores=True)
-        expired, first = await pipe.execute() if total else ([], [])
-        prefix = expired if len(expired) >= needed else first  # both are prefixes of one zset
-        oldest = [(i.decode(), float(t)) for i, t in prefix]
-        already = score is not None
-        new = (turn.event_id, ts, turn.pinned)
-        hot = evictions(
-            oldest, int(total), pinned, new, newest, self.ttl_s, self.max_turns, already=already
-        )
-        return hot, already
-
-    async def _cluster_state(
-        self, tenant_id: str, user_id: str, version: tuple[str, int]
-    ) -> ClusterState | None:
-        if not version[0]:
-            return None  # never written (or forgotten)
-        cached = self._cluster_cache.get((tenant_id, user_id))
-        if cached is not None and cached[0] == version:
-            self._cluster_cache.move_to_end((tenant_id, user_id))
-            self.cluster_cache_hits += 1
-            return cached[1]
-        self.cluster_cache_misses += 1
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self._key(tenant_id, user_id, "clusters"))
-        pipe.hget(self._key(tenant_id, user_id, "meta"), "engine")
-        raw_clusters, engine = await pipe.execute()
-        if engine is None:
-            return None
-        clusters = tuple(
-            sorted(
-                (_decode_cluster(v) for v in raw_clusters.values()),
-                key=_creation_order,
+        for r in reads:
+            k = partial(self._key, r.tenant_id, r.user_id)
+            for event_id in r.event_ids:  # (a cluster pipeline refuses MGET)
+                pipe.exists(k("seen", event_id))
+            pipe.hmget(k("meta"), "cgen", "cver")
+            pipe.hgetall(k("pending"))
+            pipe.hgetall(k("keys"))
+            pipe.get(self._forgotten_key(r.tenant_id, r.user_id))
+            if r.phrases:
+                pipe.smismember(k("heard"), list(r.phrases))
+        results = iter(await pipe.execute() if reads else [])
+        parsed = []
+        for r in reads:
+            seen = [next(results) for _ in r.event_ids]
+            gen, ver = next(results)
+            raw_pending, raw_keys, forgotten = next(results), next(results), next(results)
+            heard = next(results) if r.phrases else []
+            parsed.append(
+                (
+                    r,
+                    ((gen or b"").decode(), int(ver or 0)),
+                    UserSnapshot(
+                        clusters=None,
+                        pending=sorted(
+                            (_decode_signal(v) for v in raw_pending.values()),
+                            key=lambda p: (p.ts, p.event_id),
+                        ),
+                        keys={
+                            name.decode(): key_state_from_json(v.decode())
+                            for name, v in raw_keys.items()
+                        },
+                        forgotten_at=float(forgotten) if forgotten is not None else None,
+                        processed=frozenset(e for e, s in zip(r.event_ids, seen, strict=True) if s),
+                        heard=frozenset(p for p, h in zip(r.phrases, heard, strict=True) if h),
+                    ),
+                )
             )
-        )
-        state = engine_from_bytes(engine, clusters)
-        self._remember(tenant_id, user_id, version, state)
-        return state
+        states = await self._cluster_states([(r.tenant_id, r.user_id, v) for r, v, _ in parsed])
+        return [
+            replace(snap, clusters=state, cluster_version=version)
+            for (_, version, snap), state in zip(parsed, states, strict=True)
+        ]
+
+    async def _cluster_states(
+        self, users: Sequence[tuple[str, str, tuple[str, int]]]
+    ) -> list[ClusterState | None]:
+        """Each user's clustering state at ``version``: the cache's, else read (one pipeline)."""
+        found: list[ClusterState | None] = [None] * len(users)
+        missing = []
+        for i, (tenant_id, user_id, version) in enumerate(users):
+            if not version[0]:
+                continue  # never written (or forgotten)
+            cached = self._cluster_cache.get((tenant_id, user_id))
+            if cached is not None and cached[0] == version:
+                self._cluster_cache.move_to_end((tenant_id, user_id))
+                self.cluster_cache_hits += 1
+                found[i] = cached[1]
+            else:
+                self.cluster_cache_misses += 1
+                missing.append(i)
+        if not missing:
+            return found
+        pipe = self.redis.pipeline(transaction=False)
+        for i in missing:
+            tenant_id, user_id, _ = users[i]
+            pipe.hgetall(self._key(tenant_id, user_id, "clusters"))
+            pipe.hget(self._key(tenant_id, user_id, "meta"), "engine")
+        results = await pipe.execute()
+        for n, i in enumerate(missing):
+            raw_clusters, engine = results[2 * n], results[2 * n + 1]
+            if engine is None:
+                continue
+            tenant_id, user_id, version = users[i]
+            clusters = tuple(
+                sorted((_decode_cluster(v) for v in raw_clusters.values()), key=_creation_order)
+            )
+            state = found[i] = engine_from_bytes(engine, clusters)
+            self._remember(tenant_id, user_id, version, state)
+        return found
 
     def _remember(
         self, tenant_id: str, user_id: str, version: tuple[str, int], state: ClusterState
@@ -274,67 +346,216 @@ class RedisState:
 
     async def apply(self, tenant_id: str, user_id: str, update: UserUpdate) -> None:
         """One transaction: the turn, the indexes, the cluster, the keys and the seen mark."""
-        k = partial(self._key, tenant_id, user_id)
-        turn = update.turn
-        ts = turn.ts.timestamp()
-        turn_key = k("turn", turn.event_id)
-        hot, already = await self._hot_tier(tenant_id, user_id, turn)
-        # The users set is another slot: outside the user's transaction, and first, so a
-        # user with state is always listed (SADD is idempotent; a failed update lists a user
-        # with nothing, whom delete_user and the readers treat as empty).
-        await self.redis.sadd(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
-        pipe = await self.transactions.pipeline(turn_key)
-        if hot.keep_new:
-            pipe.hset(
-                turn_key,
-                mapping={
-                    "doc": turn.model_dump_json(),
-                    "emb": np.asarray(update.vector, dtype=np.float16).tobytes(),
-                },
-            )
-            pipe.persist(turn_key)  # no wall-clock TTL: turns leave by event time, below
-            pipe.zadd(k("timeline"), {turn.event_id: ts})
-            if turn.pinned:
-                pipe.sadd(k("pinned"), turn.event_id)
-        if hot.evicted:  # left the hot tier; the archive (workers/archive.py) keeps them
-            pipe.zrem(k("timeline"), *hot.evicted)
-            pipe.delete(*(k("turn", i) for i in hot.evicted))
-            pipe.srem(k("pinned"), *hot.evicted)
+        await self.apply_users([UserWrite(tenant_id, user_id, (update,))])
+
+    async def apply_users(self, writes: Sequence[UserWrite]) -> None:
+        """Per user one transaction holding all its updates, equal to applying them in order."""
+        writes = [w for w in writes if w.updates]
+        if not writes:
+            return
+        _once_each(writes)
+        hot = await self._hot_tiers(writes)
+        members = [f"{w.tenant_id}:{w.user_id}" for w in writes]
+        try:
+            if isinstance(self.redis, RedisCluster):
+                # The users set is another slot: outside the users' transactions, and first,
+                # so a user with state is always listed (SADD is idempotent; a failed update
+                # lists a user with nothing, whom delete_user and the readers treat as empty).
+                await self.redis.sadd(f"{self.prefix}:users", *members)
+                await asyncio.gather(
+                    *(self._apply_alone(w, h) for w, h in zip(writes, hot, strict=True))
+                )
+            else:  # one server: every user's block (and the users set) in one transaction
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.sadd(f"{self.prefix}:users", *members)
+                queued = [self._queue(pipe, w, h) for w, h in zip(writes, hot, strict=True)]
+                results = await self.transactions.execute(pipe)
+                for w, q in zip(writes, queued, strict=True):
+                    self._after_write(w, q, results)
+        except BaseException:
+            for w in writes:  # unknown outcome: re-read
+                self._cluster_cache.pop((w.tenant_id, w.user_id), None)
+            raise
+
+    async def _apply_alone(self, write: UserWrite, hot: list[tuple[Eviction, bool]]) -> None:
+        pipe = await self.transactions.pipeline(self._key(write.tenant_id, write.user_id, "meta"))
+        queued = self._queue(pipe, write, hot)
+        self._after_write(write, queued, await self.transactions.execute(pipe))
+
+    async def _hot_tiers(self, writes: Sequence[UserWrite]) -> list[list[tuple[Eviction, bool]]]:
+        """Per user, what leaves the hot tier as each of its turns is written
+        (``memory.hot_tier``), and whether the turn was on the timeline already.
+
+        Read before the transaction (memorize is the user's one writer, so nothing changes
+        in between): the timeline's prefix that the whole batch can need -- every entry older
+        than the batch's last cutoff, and after those as many as the cap can evict plus the
+        pinned ones it passes over -- then each turn's eviction chained in process.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for w in writes:
+            k = partial(self._key, w.tenant_id, w.user_id)
+            pipe.hget(k("meta"), "newest")
+            pipe.zcard(k("timeline"))
+            pipe.smembers(k("pinned"))
+            pipe.zmscore(k("timeline"), [u.turn.event_id for u in w.updates])
+        first = await pipe.execute()
+        pipe = self.redis.pipeline(transaction=False)
+        reads: list[tuple[bool, bool]] = []
+        heads = []
+        for n, w in enumerate(writes):
+            raw_newest, total, raw_pinned, scores = first[4 * n : 4 * n + 4]
+            newest = float(raw_newest) if raw_newest is not None else None
+            pinned = {p.decode() for p in raw_pinned}
+            on = {u.turn.event_id for u, s in zip(w.updates, scores, strict=True) if s is not None}
+            heads.append((newest, int(total), pinned, on))
+            if not total:
+                reads.append((False, False))
+                continue
+            latest = max(u.turn.ts.timestamp() for u in w.updates)
+            limit = cutoff(latest if newest is None else max(newest, latest), self.ttl_s)
+            n_new = len(w.updates)
+            more = prefix_needed(int(total) + n_new, len(pinned) + n_new, self.max_turns)
+            timeline = self._key(w.tenant_id, w.user_id, "timeline")
+            pipe.zrangebyscore(timeline, "-inf", f"({limit}", withscores=True)
+            if more:
+                pipe.zrangebyscore(timeline, limit, "+inf", start=0, num=more, withscores=True)
+            reads.append((True, bool(more)))
+        second = iter(await pipe.execute() if any(r for r, _ in reads) else [])
+        plans = []
+        for w, (newest, total, pinned, on), (read, more) in zip(writes, heads, reads, strict=True):
+            prefix = [(i.decode(), float(t)) for i, t in next(second)] if read else []
+            if more:
+                prefix += [(i.decode(), float(t)) for i, t in next(second)]
+            plans.append(self._chain(w.updates, prefix, total, pinned, on, newest))
+        return plans
+
+    def _chain(
+        self,
+        updates: Sequence[UserUpdate],
+        prefix: list[tuple[str, float]],
+        total: int,
+        pinned: set[str],
+        on: set[str],
+        newest: float | None,
+    ) -> list[tuple[Eviction, bool]]:
+        """Each update's eviction, the timeline prefix kept as Redis would hold it after each."""
+        plans = []
+        for u in updates:
+            new_id, ts = u.turn.event_id, u.turn.ts.timestamp()
+            already = new_id in on
+            hot = evictions(
+                prefix, total, pinned, (new_id, ts, u.turn.pinned), newest, self.ttl_s,
+                self.max_turns, already=already,
+            )  # fmt: skip
+            plans.append((hot, already))
+            entries = [(i, t) for i, t in prefix if i != new_id]
+            if len(prefix) >= total or (
+                entries and (ts, new_id) < (entries[-1][1], entries[-1][0])
+            ):
+                entries.append((new_id, ts))
+                entries.sort(key=lambda e: (e[1], e[0]))
+            gone = set(hot.evicted) | (set() if hot.keep_new else {new_id})
+            prefix = [e for e in entries if e[0] not in gone]
+            total += (1 if hot.keep_new and not already else 0) - len(hot.evicted)
+            pinned = (pinned - gone) | ({new_id} if hot.keep_new and u.turn.pinned else set())
+            on = (on - gone) | ({new_id} if hot.keep_new else set())
+            newest = hot.newest
+        return plans
+
+    def _queue(
+        self, pipe: Pipeline, write: UserWrite, hot: list[tuple[Eviction, bool]]
+    ) -> tuple[int | None, str, int, ClusterState | None]:
+        """Queue one user's updates; (index of the cver result, generation, version the
+        first update handed back, the last clustering state)."""
+        k = partial(self._key, write.tenant_id, write.user_id)
+        added = 0
+        keys: dict[str, KeyState] = {}
+        heard: dict[str, None] = {}
+        dirty: dict[str, None] = {}
+        removed: set[str] = set()
+        state: ClusterState | None = None
+        base: tuple[str, int] | None = None
+        stepped = 0
+        for update, (evicted, already) in zip(write.updates, hot, strict=True):
+            turn = update.turn
+            turn_key = k("turn", turn.event_id)
+            if evicted.keep_new:
+                pipe.hset(
+                    turn_key,
+                    mapping={
+                        "doc": turn.model_dump_json(),
+                        "emb": np.asarray(update.vector, dtype=np.float16).tobytes(),
+                    },
+                )
+                pipe.persist(turn_key)  # no wall-clock TTL: turns leave by event time, below
+                pipe.zadd(k("timeline"), {turn.event_id: turn.ts.timestamp()})
+                if turn.pinned:
+                    pipe.sadd(k("pinned"), turn.event_id)
+            if evicted.evicted:  # left the hot tier; the archive (workers/archive.py) keeps them
+                pipe.zrem(k("timeline"), *evicted.evicted)
+                pipe.delete(*(k("turn", i) for i in evicted.evicted))
+                pipe.srem(k("pinned"), *evicted.evicted)
+            added += not already
+            if update.pending_add is not None:
+                pipe.hset(k("pending"), turn.event_id, signal_to_bytes(update.pending_add))
+            if update.pending_remove:
+                pipe.hdel(k("pending"), *update.pending_remove)
+            if update.clusters is not None:
+                state, stepped = update.clusters, stepped + 1
+                base = base or update.cluster_version
+                for cluster_id in update.clusters_changed:
+                    dirty[cluster_id] = None
+                    removed.discard(cluster_id)
+                for cluster_id in update.clusters_removed:
+                    dirty.pop(cluster_id, None)
+                    removed.add(cluster_id)
+            keys.update(update.keys)
+            heard.update(dict.fromkeys(update.heard))
+            if update.triggers:
+                etrig = k("etrig", update.event_id)
+                # redis-py types ``mapping`` with an invariant key type no dict[str, ...] meets.
+                pipe.hset(etrig, mapping=dict(update.triggers))  # type: ignore[arg-type]
+                pipe.expire(etrig, self.processed_ttl_s)
+            pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
         # The RPC's turn index re-syncs on a new tver; tall counts every turn ever written.
-        pipe.hset(k("meta"), mapping={"tver": uuid.uuid4().hex, "newest": repr(hot.newest)})
-        if not already:
-            pipe.hincrby(k("meta"), "tall", 1)
-        if update.pending_add is not None:
-            pipe.hset(k("pending"), turn.event_id, signal_to_bytes(update.pending_add))
-        if update.pending_remove:
-            pipe.hdel(k("pending"), *update.pending_remove)
-        state = update.clusters
-        generation = update.cluster_version[0] or uuid.uuid4().hex
-        if state is not None:
-            changed = [c for c in (state.cluster(i) for i in update.clusters_changed) if c]
+        newest = hot[-1][0].newest
+        pipe.hset(k("meta"), mapping={"tver": uuid.uuid4().hex, "newest": repr(newest)})
+        if added:
+            pipe.hincrby(k("meta"), "tall", added)
+        if keys:
+            pipe.hset(k("keys"), mapping={n: key_state_to_json(s) for n, s in keys.items()})
+        if heard:
+            pipe.sadd(k("heard"), *heard)
+        generation, version_at = "", None
+        if state is not None and base is not None:
+            # Clusters written once, from the last state (each changed id's newest value).
+            changed = [c for c in (state.cluster(i) for i in dirty) if c is not None]
             if changed:
                 pipe.hset(
                     k("clusters"), mapping={c.cluster_id: cluster_to_bytes(c) for c in changed}
                 )
-            if update.clusters_removed:
-                pipe.hdel(k("clusters"), *update.clusters_removed)
+            if removed:
+                pipe.hdel(k("clusters"), *removed)
+            generation = base[0] or uuid.uuid4().hex
             pipe.hset(k("meta"), mapping={"engine": engine_to_bytes(state), "cgen": generation})
             version_at = len(pipe.command_stack)
-            pipe.hincrby(k("meta"), "cver", 1)
-        if update.keys:
-            pipe.hset(k("keys"), mapping={n: key_state_to_json(s) for n, s in update.keys.items()})
-        pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
-        try:
-            results = await self.transactions.execute(pipe)
-        except BaseException:
-            self._cluster_cache.pop((tenant_id, user_id), None)  # unknown outcome: re-read
-            raise
-        if state is not None:
-            version = int(results[version_at])
-            if version == update.cluster_version[1] + 1:
-                self._remember(tenant_id, user_id, (generation, version), state)
-            else:  # someone else changed the state meanwhile (a forget): trust Redis, not us
-                self._cluster_cache.pop((tenant_id, user_id), None)
+            pipe.hincrby(k("meta"), "cver", stepped)
+        return version_at, generation, (base[1] if base else 0) + stepped, state
+
+    def _after_write(
+        self,
+        write: UserWrite,
+        queued: tuple[int | None, str, int, ClusterState | None],
+        results: list[object],
+    ) -> None:
+        version_at, generation, expected, state = queued
+        if version_at is None or state is None:
+            return
+        raw = results[version_at]
+        if isinstance(raw, int) and raw == expected:
+            self._remember(write.tenant_id, write.user_id, (generation, raw), state)
+        else:  # someone else changed the state meanwhile (a forget): trust Redis, not us
+            self._cluster_cache.pop((write.tenant_id, write.user_id), None)
 
     # -- readers: consolidator and RPC ---------------------------------------------------
 
@@ -432,37 +653,6 @@ class RedisState:
     async def release_reminder(self, tenant_id: str, user_id: str, reminder_id: str) -> None:
         await self.redis.delete(self._key(tenant_id, user_id, "remind", reminder_id))
 
-    # Phrase statistics (memory.text.phrase_keys): per tenant, how many distinct users said
-    # each sentence fingerprint. The user's own set makes counting idempotent (a replayed
-    # event adds nothing); the tenant's hash is shared by every partition, written with
-    # HINCRBY only (commutative, so concurrent processors never lose a count).
-    def _phrases_key(self, tenant_id: str) -> str:
-        return f"{self.prefix}:phr:{tenant_id}"
-
-    async def phrase_users(self, tenant_id: str, phrases: Sequence[str]) -> list[int]:
-        if not phrases:
-            return []
-        counts = await self.redis.hmget(self._phrases_key(tenant_id), list(phrases))
-        return [int(c) if c is not None else 0 for c in counts]
-
-    async def record_phrases(self, tenant_id: str, user_id: str, phrases: Sequence[str]) -> None:
-        if not phrases:
-            return
-        own = self._key(tenant_id, user_id, "phr")
-        pipe = self.redis.pipeline(transaction=False)
-        for phrase in phrases:
-            pipe.sadd(own, phrase)
-        # No TTL: a wall-clock expiry of the user's own set would let a replay after it count
-        # the user again, so the same log would give other counts (and salience) later.
-        # delete_user removes it with the user's other keys.
-        added = (await pipe.execute())[: len(phrases)]
-        new = [p for p, a in zip(phrases, added, strict=True) if a]
-        if new:
-            pipe = self.redis.pipeline(transaction=False)
-            for phrase in new:
-                pipe.hincrby(self._phrases_key(tenant_id), phrase, 1)
-            await pipe.execute()
-
     async def users(self) -> list[str]:
         return sorted(_text(u) for u in await self.redis.smembers(f"{self.prefix}:users"))
 
@@ -547,6 +737,13 @@ class RedisState:
             deleted += int(await self.redis.delete(*batch))
         await self.redis.srem(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
         return deleted
+
+
+def _once_each(writes: Sequence[UserWrite]) -> None:
+    """A user's updates come in one ``UserWrite``: its hot tier is read once per call."""
+    users = [(w.tenant_id, w.user_id) for w in writes]
+    if len(set(users)) != len(users):
+        raise ValueError("apply_users: a user appears in more than one UserWrite")
 
 
 def _creation_order(c: Cluster) -> tuple[int, float]:

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from memory.clustering import Cluster
-from stores.redis_state import TurnWithVector, UserSnapshot, UserUpdate
+from stores.redis_state import TurnWithVector, UserRead, UserSnapshot, UserUpdate, UserWrite
 
 
 @runtime_checkable
@@ -25,8 +25,8 @@ class ShortTermState(Protocol):
     - **One user, one unit.** Everything of a user lives under the user's hash tag
       ``{tenant:user}`` (one Redis Cluster slot), so ``apply`` writes a whole event --
       turn, timeline, pending window, clusters, keys, the seen mark -- atomically. Users
-      never see each other's state: every method names both tenant and user. (The tenant's
-      phrase counts and the list of users are the only state shared across users.)
+      never see each other's state: every method names both tenant and user. (The list of
+      users is the only state shared across users; nothing memorize decides reads it.)
     - **One writer per user.** ``memorize``, owning the user's partition, is the only
       caller of ``apply`` (it reads the hot tier before the transaction and relies on
       nothing changing in between); the consolidator writes only ``trig:`` markers.
@@ -40,7 +40,7 @@ class ShortTermState(Protocol):
     - **The turn version token.** ``turns_version`` (``tver``) is fresh on every ``apply``
       and None before any write or after ``delete_user``; ``turns_written`` (``tall``)
       counts distinct turns ever written, hot or gone. The RPC's turn index
-      (``rpc.turn_index``) re-syncs exactly when the token changed and trusts its cache
+      (``stores.turn_index``) re-syncs exactly when the token changed and trusts its cache
       otherwise, so a write that keeps the old token would be invisible to retrieval.
     - **Cluster version.** ``UserSnapshot.cluster_version`` is (generation, version):
       ("", 0) with no clustering state; each ``apply`` that carries clusters bumps the
@@ -48,6 +48,18 @@ class ShortTermState(Protocol):
       snapshot's version back.
     - **Idempotency markers** (seen events, consolidated triggers, an event's triggers,
       claimed reminders) expire on a wall-clock TTL (they only guard against re-delivery).
+    - **Batches equal events one by one.** ``load_users`` reads many users at once (one
+      pipelined read): each snapshot is what ``load_user`` gives, with ``processed`` the
+      asked event ids already applied and ``heard`` the asked phrases in the user's heard
+      set. ``apply_users`` writes each user's updates in one transaction, and the state after
+      it equals applying them one by one with ``apply`` in the order given (hot tier,
+      timeline, pending, keys, clusters and their version, ``tall``, seen marks, ``heard``,
+      the event's triggers); only ``tver`` may be fresh once per user rather than per
+      update. ``stores.redis_state.snapshot_after(snapshot, update)`` is what a load asked
+      the same would read after ``update``: memorize chains a user's events through it.
+    - **The heard set** (``UserUpdate.heard``): sentence fingerprints the user heard from
+      the assistant or system, kept without TTL (a replay decides the same) and removed by
+      ``delete_user``.
     - **Forgetting.** ``delete_user`` removes every key of the user but keeps the forget
       tombstone (``mark_forgotten``: only ever moves forward), which ``load_user`` reports
       so memorize drops events stamped at or before it.
@@ -62,12 +74,13 @@ class ShortTermState(Protocol):
 
     async def apply(self, tenant_id: str, user_id: str, update: UserUpdate) -> None: ...
 
-    async def phrase_users(self, tenant_id: str, phrases: Sequence[str]) -> list[int]:
-        """Per phrase, how many distinct users of the tenant said it (0 if none)."""
+    async def load_users(self, reads: Sequence[UserRead]) -> list[UserSnapshot]:
+        """One snapshot per read, in order, in one pipelined read (see the contract)."""
         ...
 
-    async def record_phrases(self, tenant_id: str, user_id: str, phrases: Sequence[str]) -> None:
-        """Count each phrase once per user (recording it again adds nothing)."""
+    async def apply_users(self, writes: Sequence[UserWrite]) -> None:
+        """Per user one transaction of its updates, equal to ``apply`` of each in order
+        (each user in one ``UserWrite`` at most: ``ValueError`` otherwise)."""
         ...
 
     async def remember_event_triggers(

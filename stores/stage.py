@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,6 @@ import faust
 import httpx
 from faust.types import EventT
 from pydantic import BaseModel, ValidationError
-from qdrant_client.http.exceptions import UnexpectedResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -84,12 +84,26 @@ def is_outage(exc: BaseException) -> bool:
     while current is not None and seen < 5:
         if isinstance(current, OUTAGE_ERRORS):
             return True
-        if isinstance(current, UnexpectedResponse):  # qdrant-client: the server answered
-            return current.status_code in UNAVAILABLE_STATUS
+        status = _qdrant_client_status(current)
+        if status is not None:  # qdrant-client: the server answered
+            return status in UNAVAILABLE_STATUS
         source = getattr(current, "source", None)
         current = source if isinstance(source, BaseException) else current.__cause__
         seen += 1
     return False
+
+
+def _qdrant_client_status(error: BaseException) -> int | None:
+    """The HTTP status of a qdrant-client ``UnexpectedResponse``, else None.
+
+    Looked up, not imported: a process on Qdrant Edge never loads qdrant-client, and
+    importing it here cost every process ~37 MiB RSS (grpc, protobuf, its pydantic
+    models; issue 14). An error of its type can only exist once it is loaded.
+    """
+    exceptions = sys.modules.get("qdrant_client.http.exceptions")
+    if exceptions is None or not isinstance(error, exceptions.UnexpectedResponse):
+        return None
+    return int(error.status_code)
 
 
 async def with_retries(

@@ -10,6 +10,7 @@ changes nothing. ``pin_memory`` is left to the consolidation workers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import faust
@@ -19,29 +20,40 @@ from schemas import Control
 from stores.broker import Topics
 from stores.forget import forget_user
 from stores.longterm import LongTermStore
-from stores.redis_state import RedisState
+from stores.short_term import ShortTermState
 from stores.stage import Outcome, Received, Stage
 
 STAGE = "control"
 
 
-def register_control(
-    app: faust.App,
-    topics: Topics,
-    state: RedisState,
-    longterm: LongTermStore,
-    metrics: Metrics,
-) -> None:
-    stage = Stage(STAGE, topics.control, topics.dlq, metrics)
+@dataclass
+class Controller:
+    """The control stage's handler: a ``forget_user`` forgets the command's user (tombstone
+    at the command's time, then every short- and long-term trace); other actions are
+    skipped here."""
 
-    async def handle(message: Received[Control]) -> Outcome:
+    stage: Stage
+    state: ShortTermState
+    longterm: LongTermStore
+
+    async def handle(self, message: Received[Control]) -> Outcome:
         command = message.value
         if command.action != "forget_user":
             return "skipped"
         at = command.ts.timestamp()
-        await stage.retry(
-            partial(forget_user, state, longterm, command.tenant_id, command.user_id, at)
+        await self.stage.retry(
+            partial(forget_user, self.state, self.longterm, command.tenant_id, command.user_id, at)
         )
         return "ok"
 
-    stage.per_message(app, Control, handle, agent="memstream.control")
+
+def register_control(
+    app: faust.App,
+    topics: Topics,
+    state: ShortTermState,
+    longterm: LongTermStore,
+    metrics: Metrics,
+) -> None:
+    stage = Stage(STAGE, topics.control, topics.dlq, metrics)
+    controller = Controller(stage, state, longterm)
+    stage.per_message(app, Control, controller.handle, agent="memstream.control")

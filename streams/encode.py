@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from functools import partial
 
 import faust
@@ -11,8 +12,8 @@ import numpy as np
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, InteractionEvent
 from stores.broker import Topics
-from stores.encoder import OnnxEncoder
 from stores.stage import Received, Stage
+from stores.text_encoder import TextEncoder
 
 STAGE = "encode"
 
@@ -22,43 +23,55 @@ def text_for_embedding(event: InteractionEvent) -> str:
     return event.text
 
 
+@dataclass
+class EventEncoder:
+    """The encode stage's handler: a batch of events -> one ``EncodedEvent`` each on
+    ``encoded``, in batch order, keyed by the event's user (so memorize sees a user's
+    events in order). Returns how many it published; the rest it dead-lettered."""
+
+    stage: Stage
+    encoder: TextEncoder
+    encoded: faust.TopicT  # memstream.encoded
+
+    async def handle(self, batch: list[Received[InteractionEvent]]) -> int:
+        texts = [text_for_embedding(item.value) for item in batch]
+        try:
+            vectors = await self.stage.retry(partial(asyncio.to_thread, self.encoder.encode, texts))
+            encoded = list(zip(batch, vectors, strict=True))
+        except Exception:
+            # One bad text must not sink its batch: encode one by one, dead-letter the culprit.
+            encoded = await self.stage.one_by_one(batch, self._encode_one, retry=False)
+        for item, vector in encoded:
+            event = item.value
+            out = EncodedEvent(
+                event=event, embedding=vector.tolist(), model_id=self.encoder.model_id
+            )
+            await self.encoded.send(
+                key=event.user_key.encode(), value=out.model_dump_json().encode()
+            )
+        return len(encoded)
+
+    async def _encode_one(self, item: Received[InteractionEvent]) -> np.ndarray:
+        rows = await asyncio.to_thread(self.encoder.encode, [text_for_embedding(item.value)])
+        row: np.ndarray = rows[0]
+        return row
+
+
 def register_encode(
     app: faust.App,
     topics: Topics,
-    encoder: OnnxEncoder,
+    encoder: TextEncoder,
     metrics: Metrics,
     *,
     batch_size: int,
     within_s: float,
 ) -> None:
     stage = Stage(STAGE, topics.events, topics.dlq, metrics)
-
-    async def encode_one(item: Received[InteractionEvent]) -> np.ndarray:
-        row: np.ndarray = (
-            await asyncio.to_thread(encoder.encode, [text_for_embedding(item.value)])
-        )[0]
-        return row
-
-    async def handle(batch: list[Received[InteractionEvent]]) -> int:
-        texts = [text_for_embedding(item.value) for item in batch]
-        try:
-            vectors = await stage.retry(partial(asyncio.to_thread, encoder.encode, texts))
-            encoded = list(zip(batch, vectors, strict=True))
-        except Exception:
-            # One bad text must not sink its batch: encode one by one, dead-letter the culprit.
-            encoded = await stage.one_by_one(batch, encode_one, retry=False)
-        for item, vector in encoded:
-            event = item.value
-            out = EncodedEvent(event=event, embedding=vector.tolist(), model_id=encoder.model_id)
-            await topics.encoded.send(
-                key=event.user_key.encode(), value=out.model_dump_json().encode()
-            )
-        return len(encoded)
-
+    handler = EventEncoder(stage, encoder, topics.encoded)
     stage.batched(
         app,
         InteractionEvent,
-        handle,
+        handler.handle,
         agent="memstream.encode",
         batch_size=batch_size,
         within_s=within_s,

@@ -1,18 +1,22 @@
 """The ``memorize`` processor: cluster the turn, keep it in short-term memory, detect recurrence.
 
-It is the one writer of a user's state in Redis (it owns the user's partition). Per event:
-read the user's state, decide with the pure engines in ``memory/``, emit triggers, then write
-everything in one transaction with the processed-event mark. Triggers go out before the
-write, so a crash in between re-emits the same trigger id (the consolidator dedups) and
-never loses one.
+It is the one writer of a user's state in Redis (it owns the user's partition). Per fetched
+batch: one pipelined read of every user in it (``load_users``), then per user its events in
+log order through the pure engines in ``memory/`` (each event sees the state the previous
+one left, chained in process by ``snapshot_after``), the batch's triggers sent and
+delivered, then per user one transaction with every event and its processed mark
+(``apply_users``). Triggers go out before the write, so a crash in between re-emits the
+same trigger ids (the consolidator dedups) and never loses one. A batch decides exactly
+what its events decide one by one: nothing depends on which batch an event landed in.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Literal, Protocol, TypeVar
 
 import faust
 import numpy as np
@@ -24,18 +28,30 @@ from memory.clustering import (
     vectors_needed,
     with_descriptions,
 )
-from memory.memorize import decide_event, memory_in
+from memory.memorize import canned_phrases, decide_event, memory_in, scripted_phrases
 from memory.memorize import trigger_id as trigger_id
 from memory.recurrence import RecurrenceParams
-from memory.text import phrase_keys
 from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger
 from stores.broker import Topics
-from stores.redis_state import RedisState, UserUpdate
-from stores.stage import Outcome, Received, Stage
+from stores.redis_state import UserRead, UserSnapshot, UserUpdate, UserWrite, snapshot_after
+from stores.short_term import ShortTermState
+from stores.stage import Received, Stage
 
 STAGE = "memorize"
+T = TypeVar("T")
+
+
+class Retry(Protocol):
+    """How a step is retried (``Stage.retry``: outages waited out, errors tried 3 times)."""
+
+    async def __call__(self, work: Callable[[], Awaitable[T]]) -> T: ...
+
+
+async def once(work: Callable[[], Awaitable[T]]) -> T:
+    """No retry (unit tests)."""
+    return await work()
 
 
 @dataclass(frozen=True)
@@ -47,12 +63,19 @@ class Decision:
     triggers: list[RecurrenceTrigger]
     update: UserUpdate
     clustering: StepResult | None = None  # for metrics
-    phrases: tuple[str, ...] = ()  # sentence fingerprints, counted per tenant after the write
+
+
+# What became of one event of a batch: decided (its decision was delivered and written),
+# already processed, dropped for a forgotten user, or the error that makes it poison.
+Skipped = Literal["duplicate", "forgotten"]
+Result = Decision | Skipped | Exception
+# Sends the decisions' triggers and returns once every one is delivered.
+Deliver = Callable[[Sequence[tuple[Received[EncodedEvent], Decision]]], Awaitable[None]]
 
 
 @dataclass
 class Memorizer:
-    state: RedisState
+    state: ShortTermState
     cluster_params: ClusterParams
     recurrence_params: RecurrenceParams
     window: int
@@ -61,33 +84,127 @@ class Memorizer:
     # here: fuzzy memories wait in the buffer and descriptions are keywords, so ingest costs
     # no LLM latency and the same log always gives the same clusters.
     embed: Callable[[Sequence[str]], np.ndarray] | None = field(default=None, repr=False)
-    # A sentence said by this many distinct users of a tenant counts for nothing (0 = off).
-    common_phrase_users: int = 25
+
+    # -- one event (unit tests, tools) -----------------------------------------------------
 
     async def decide(self, encoded: EncodedEvent) -> Decision | None:
         """What this event changes, or None when it was already processed (or its user was
-        forgotten after it was stamped). Every read first, then ``memory.memorize``'s pure
-        ``decide_event``; only new cluster descriptions are embedded after it."""
-        event = encoded.event
-        tenant, user = event.tenant_id, event.user_id
-        snapshot = await self.state.load_user(tenant, user, event.event_id)
-        if snapshot.already_processed:
+        forgotten after it was stamped). Writes nothing."""
+        [snapshot] = await self.state.load_users([_read_of([encoded])])
+        if _skipped(snapshot, encoded) is not None:
             return None
-        if snapshot.forgotten_at is not None and event.ts.timestamp() <= snapshot.forgotten_at:
-            return None  # in flight (or replayed) when the user was forgotten: stays forgotten
-        vector = normalize(np.asarray(encoded.embedding, dtype=np.float32))
-        phrases = tuple(phrase_keys(event.text))
-        common = await self._common_phrases(tenant, phrases)
+        return await self._decide(snapshot, encoded, await self._vectors(snapshot, encoded))
+
+    async def apply(self, decision: Decision) -> None:
+        """Write what ``decide`` decided; call once its triggers are delivered."""
+        await self.state.apply_users(
+            [UserWrite(decision.tenant_id, decision.user_id, (decision.update,))]
+        )
+
+    # -- a batch -------------------------------------------------------------------------
+
+    async def memorize(
+        self,
+        users: Sequence[Sequence[Received[EncodedEvent]]],
+        deliver: Deliver,
+        retry: Retry = once,
+    ) -> list[tuple[Received[EncodedEvent], Result]]:
+        """Each user's events (in log order; users apart) read, decided, delivered, written.
+
+        Per event the result: its decision, why it was skipped, or the error it raised
+        (poison: it changed nothing, and the user's later events go on without it). An
+        error of the read, the delivery or the write is the whole call's.
+        """
+        reads = [_read_of([i.value for i in items]) for items in users]
+        snapshots = await retry(partial(self.state.load_users, reads))
+        runs = await asyncio.gather(
+            *(
+                self._run_user(items, snapshot, deliver, retry)
+                for items, snapshot in zip(users, snapshots, strict=True)
+            )
+        )
+        unwritten = [pending for _, pending in runs if pending]
+        await deliver([pair for pending in unwritten for pair in pending])
+        await retry(partial(self.state.apply_users, [_write_of(p) for p in unwritten]))
+        return [result for results, _ in runs for result in results]
+
+    async def _run_user(
+        self,
+        items: Sequence[Received[EncodedEvent]],
+        snapshot: UserSnapshot,
+        deliver: Deliver,
+        retry: Retry,
+    ) -> tuple[
+        list[tuple[Received[EncodedEvent], Result]], list[tuple[Received[EncodedEvent], Decision]]
+    ]:
+        """One user's events in order; (every result, the decisions not yet written)."""
+        results: list[tuple[Received[EncodedEvent], Result]] = []
+        pending: list[tuple[Received[EncodedEvent], Decision]] = []
+        for item in items:
+            skipped = _skipped(snapshot, item.value)
+            if skipped is not None:
+                results.append((item, skipped))
+                continue
+            try:
+                needed = self._needed(snapshot, item.value)
+            except Exception as exc:  # this event is poison; the state goes on without it
+                results.append((item, exc))
+                continue
+            if needed and pending:
+                # A split reads member vectors from Redis: write what this batch decided for
+                # the user first, so the read sees what one-by-one would have seen. (Its
+                # failure is the batch's, not this event's.)
+                await deliver(pending)
+                await retry(partial(self.state.apply_users, [_write_of(pending)]))
+                pending = []
+            try:
+                vectors = (
+                    await retry(partial(self._member_vectors, item.value, needed)) if needed else {}
+                )
+                decision = await self._decide(snapshot, item.value, vectors, retry)
+            except Exception as exc:  # this event is poison; the state goes on without it
+                results.append((item, exc))
+                continue
+            results.append((item, decision))
+            pending.append((item, decision))
+            snapshot = snapshot_after(snapshot, decision.update)
+        return results, pending
+
+    def _needed(self, snapshot: UserSnapshot, encoded: EncodedEvent) -> list[str]:
         clusters = snapshot.clusters or ClusterState.empty(self.cluster_params)
-        needed = vectors_needed(clusters, memory_in(event, vector), self.cluster_params)
-        vectors = await self.state.member_vectors(tenant, user, needed) if needed else {}
+        memory = memory_in(encoded.event, _unit(encoded))
+        return vectors_needed(clusters, memory, self.cluster_params)
+
+    async def _vectors(
+        self, snapshot: UserSnapshot, encoded: EncodedEvent
+    ) -> dict[str, np.ndarray]:
+        needed = self._needed(snapshot, encoded)
+        return await self._member_vectors(encoded, needed) if needed else {}
+
+    async def _member_vectors(
+        self, encoded: EncodedEvent, needed: list[str]
+    ) -> dict[str, np.ndarray]:
+        event = encoded.event
+        return await self.state.member_vectors(event.tenant_id, event.user_id, needed)
+
+    async def _decide(
+        self,
+        snapshot: UserSnapshot,
+        encoded: EncodedEvent,
+        vectors: dict[str, np.ndarray],
+        retry: Retry = once,
+    ) -> Decision:
+        """``memory.memorize``'s pure ``decide_event`` on what was read; only new cluster
+        descriptions are embedded after it."""
+        event = encoded.event
+        vector = _unit(encoded)
         plan = decide_event(
             event,
             vector,
-            clusters,
+            snapshot.clusters or ClusterState.empty(self.cluster_params),
             snapshot.pending,
             snapshot.keys,
-            common,
+            canned_phrases(event, snapshot.heard),
             vectors,
             event.ts.timestamp(),
             cluster_params=self.cluster_params,
@@ -97,7 +214,7 @@ class Memorizer:
         clustering = plan.clustering
         described = clustering.maintenance.described if clustering.maintenance else ()
         if described and self.embed is not None:
-            clustering = await self._describe(clustering, described)
+            clustering = await retry(partial(self._describe, clustering, described))
         update = UserUpdate(
             event_id=event.event_id,
             turn=plan.turn,
@@ -109,17 +226,11 @@ class Memorizer:
             clusters_removed=clustering.removed,
             cluster_version=snapshot.cluster_version,
             keys=plan.keys,
+            heard=scripted_phrases(event),
+            # Kept in the event's transaction, so a duplicate of it can re-send them.
+            triggers={t.trigger_id: t.model_dump_json().encode() for t in plan.triggers},
         )
-        return Decision(tenant, user, list(plan.triggers), update, clustering, phrases)
-
-    async def _common_phrases(self, tenant: str, phrases: tuple[str, ...]) -> frozenset[str]:
-        """The turn's sentence fingerprints that many users of the tenant have said."""
-        if not phrases or self.common_phrase_users <= 0:
-            return frozenset()
-        users = await self.state.phrase_users(tenant, phrases)
-        return frozenset(
-            p for p, n in zip(phrases, users, strict=True) if n >= self.common_phrase_users
-        )
+        return Decision(event.tenant_id, event.user_id, list(plan.triggers), update, clustering)
 
     async def _describe(self, result: StepResult, cluster_ids: Sequence[str]) -> StepResult:
         """Embeddings for clusters whose keyword descriptions changed."""
@@ -135,52 +246,103 @@ class Memorizer:
         )
         return replace(result, state=state)
 
-    async def apply(self, decision: Decision) -> None:
-        """Write what ``decide`` decided; call once its triggers are delivered."""
-        await self.state.apply(decision.tenant_id, decision.user_id, decision.update)
-        await self.state.record_phrases(decision.tenant_id, decision.user_id, decision.phrases)
+
+def _unit(encoded: EncodedEvent) -> np.ndarray:
+    return normalize(np.asarray(encoded.embedding, dtype=np.float32))
+
+
+def _read_of(events: Sequence[EncodedEvent]) -> UserRead:
+    """What one user's events of a batch need read: their seen marks, and whether the user
+    heard the bot's sentences among them before."""
+    first = events[0].event
+    phrases = dict.fromkeys(p for e in events for p in scripted_phrases(e.event))
+    return UserRead(first.tenant_id, first.user_id, [e.event.event_id for e in events], [*phrases])
+
+
+def _skipped(snapshot: UserSnapshot, encoded: EncodedEvent) -> Skipped | None:
+    event = encoded.event
+    if event.event_id in snapshot.processed:
+        return "duplicate"
+    if snapshot.forgotten_at is not None and event.ts.timestamp() <= snapshot.forgotten_at:
+        return "forgotten"  # in flight (or replayed) when the user was forgotten: stays so
+    return None
+
+
+def _write_of(decided: Sequence[tuple[Received[EncodedEvent], Decision]]) -> UserWrite:
+    first = decided[0][1]
+    return UserWrite(first.tenant_id, first.user_id, [d.update for _, d in decided])
+
+
+def by_user(batch: Sequence[Received[EncodedEvent]]) -> list[list[Received[EncodedEvent]]]:
+    """The batch's events per user, each user's in batch (= log) order."""
+    users: dict[tuple[str, str], list[Received[EncodedEvent]]] = {}
+    for item in batch:
+        event = item.value.event
+        users.setdefault((event.tenant_id, event.user_id), []).append(item)
+    return list(users.values())
 
 
 def register_memorize(
-    app: faust.App, topics: Topics, memorizer: Memorizer, metrics: Metrics
+    app: faust.App,
+    topics: Topics,
+    memorizer: Memorizer,
+    metrics: Metrics,
+    *,
+    batch_size: int = 32,
+    within_s: float = 0.02,
 ) -> None:
     stage = Stage(STAGE, topics.encoded, topics.dlq, metrics)
 
-    async def handle(message: Received[EncodedEvent]) -> Outcome:
-        encoded = message.value
-        decision = await stage.retry(partial(memorizer.decide, encoded))
-        if decision is None:
-            await stage.retry(
-                partial(_resend_open_triggers, memorizer.state, topics, message.key, encoded)
-            )
-            return "duplicate"
-        await stage.retry(
-            partial(_remember_triggers, memorizer.state, decision, encoded.event.event_id)
-        )
-        for trigger in decision.triggers:
-            delivery = await topics.triggers.send(
-                key=message.key, value=trigger.model_dump_json().encode()
-            )
+    async def deliver(decided: Sequence[tuple[Received[EncodedEvent], Decision]]) -> None:
+        deliveries = []
+        for item, d in decided:  # all sent, then all awaited: one producer flush
+            for trigger in d.triggers:
+                payload = d.update.triggers[trigger.trigger_id]
+                deliveries.append(
+                    (trigger, await topics.triggers.send(key=item.key, value=payload))
+                )
+        for trigger, delivery in deliveries:
             await delivery  # delivered before the state says "processed"
             metrics.triggers.labels(trigger.reason).inc()
-        await stage.retry(partial(memorizer.apply, decision))
-        _count_clustering(metrics, decision.clustering)
-        return "ok"
 
-    stage.per_message(app, EncodedEvent, handle, agent="memstream.memorize")
+    async def handle(batch: list[Received[EncodedEvent]]) -> int:
+        users = by_user(batch)
+        try:
+            results = await memorizer.memorize(users, deliver, stage.retry)
+        except Exception:
+            # A read, delivery or write kept failing: each user alone, so one user's bad
+            # state sinks only that user's events (already written ones read as duplicates).
+            results = []
+            for items in users:
+                try:
+                    results += await memorizer.memorize([items], deliver, stage.retry)
+                except Exception as exc:
+                    results += [(item, exc) for item in items]
+        handled = 0
+        for item, result in results:
+            if isinstance(result, Decision):
+                handled += 1
+                _count_clustering(metrics, result.clustering)
+            elif isinstance(result, Exception):
+                await stage.poison(result, item)
+            else:
+                if result == "duplicate":
+                    await stage.retry(partial(_resend_open_triggers, memorizer.state, topics, item))
+                metrics.events.labels(STAGE, "duplicate").inc()
+        return handled
 
-
-async def _remember_triggers(state: RedisState, decision: Decision, event_id: str) -> None:
-    """Keep what this event triggers until the event's seen mark expires: see below."""
-    if decision.triggers:
-        payloads = {t.trigger_id: t.model_dump_json().encode() for t in decision.triggers}
-        await state.remember_event_triggers(
-            decision.tenant_id, decision.user_id, event_id, payloads
-        )
+    stage.batched(
+        app,
+        EncodedEvent,
+        handle,
+        agent="memstream.memorize",
+        batch_size=batch_size,
+        within_s=within_s,
+    )
 
 
 async def _resend_open_triggers(
-    state: RedisState, topics: Topics, key: bytes | None, encoded: EncodedEvent
+    state: ShortTermState, topics: Topics, item: Received[EncodedEvent]
 ) -> None:
     """A duplicate event re-sends its triggers that were never consolidated.
 
@@ -189,9 +351,9 @@ async def _resend_open_triggers(
     duplicate, would never send them again. The consolidator skips a trigger whose ``trig:``
     marker is set, so a re-send that races the first delivery costs a lookup, not a memory.
     """
-    event = encoded.event
+    event = item.value.event
     for payload in await state.open_event_triggers(event.tenant_id, event.user_id, event.event_id):
-        await (await topics.triggers.send(key=key, value=payload))
+        await (await topics.triggers.send(key=item.key, value=payload))
 
 
 def _count_clustering(metrics: Metrics, result: StepResult | None) -> None:

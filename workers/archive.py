@@ -28,7 +28,7 @@ from memstream.metrics import Metrics
 from schemas import EncodedEvent
 from stores.broker import Topics
 from stores.longterm import ArchivedTurn, LongTermStore
-from stores.redis_state import RedisState
+from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
 
 STAGE = "archive"
@@ -44,7 +44,7 @@ def archived_turn(encoded: EncodedEvent) -> ArchivedTurn:
 
 @dataclass
 class ArchiveWorker:
-    state: RedisState  # read only: forget tombstones
+    state: ShortTermState  # read only: forget tombstones
     longterm: LongTermStore
 
     async def archive(self, batch: Sequence[EncodedEvent]) -> int:

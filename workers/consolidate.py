@@ -1,9 +1,15 @@
 """The consolidation worker: recurrence triggers -> one structured memory per key in Qdrant.
 
-Triggers arrive in batches; duplicates of a key inside a batch fold into one job; each job
-loads the key's turns from Redis and its current memory from the long-term store, asks the
-consolidator (LLM or extractive), merges, and upserts under the deterministic id
+Triggers arrive in batches; ``memory.consolidation_jobs`` turns a batch into one queue per
+user, in log order. Users run side by side (LLM calls bounded by ``max_concurrency``); a
+user's jobs run one at a time, so a memory, its links and the LLM calls spent on it are a
+function of the log, never of which batch a trigger landed in. Each job loads the key's
+turns from Redis (or the archive) and its current memory from the long-term store, asks
+the consolidator (LLM or extractive), merges, and upserts under the deterministic id
 uuid5(tenant:user:key) — consolidating a topic again updates its memory, never adds one.
+A trigger that brings no turn the memory does not already hold costs no LLM call (it can
+only raise the memory's strength), nor does one that comes within ``min_interval_s`` of
+event time of the newest turn the memory holds (deferred to the key's next trigger).
 Then links: the user's memories that share an entity key or lie close in vector space are
 linked both ways (``memory.links``). The read-merge-write runs under the user's lock, which
 the strength worker (feedback boosts, decay) shares, so neither overwrites the other.
@@ -13,25 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import faust
 import numpy as np
 
-from memory.consolidation import merge_memory
+from memory.consolidation import merge_memory, reinforced
+from memory.consolidation_jobs import Job, new_evidence, pays_for_llm, user_queues
 from memory.links import LinkParams, entity_keys, linked, related_ids
 from memory.render import memory_text
 from memory.strength import StrengthParams, initial_strength
 from memstream.metrics import Metrics
 from schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
 from stores.broker import Topics
-from stores.encoder import OnnxEncoder
 from stores.llm import Consolidator, build_messages
 from stores.longterm import LongTermStore, memory_point_id
-from stores.redis_state import RedisState
+from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
+from stores.text_encoder import TextEncoder
 from workers.locks import UserLocks
 
 STAGE = "consolidate"
@@ -39,55 +45,17 @@ STAGE = "consolidate"
 ARCHIVE_WAIT_S = 30.0
 
 
-@dataclass(frozen=True)
-class Job:
-    """All triggers of one (tenant, user, key) in a batch, folded together."""
-
-    tenant_id: str
-    user_id: str
-    key: str
-    trigger_ids: tuple[str, ...]
-    turn_ids: tuple[str, ...]
-    score: float
-    importance: float
-
-
-def fold_triggers(triggers: Sequence[RecurrenceTrigger]) -> list[Job]:
-    jobs: dict[tuple[str, str, str], Job] = {}
-    for t in triggers:
-        ident = (t.tenant_id, t.user_id, t.key)
-        prior = jobs.get(ident)
-        if prior is None:
-            jobs[ident] = Job(
-                t.tenant_id,
-                t.user_id,
-                t.key,
-                (t.trigger_id,),
-                tuple(t.turn_ids),
-                t.score,
-                t.importance,
-            )
-        else:
-            turn_ids = prior.turn_ids + tuple(i for i in t.turn_ids if i not in prior.turn_ids)
-            jobs[ident] = Job(
-                *ident,
-                (*prior.trigger_ids, t.trigger_id),
-                turn_ids,
-                max(prior.score, t.score),
-                max(prior.importance, t.importance),
-            )
-    return list(jobs.values())
-
-
 @dataclass
 class ConsolidationWorker:
-    state: RedisState
+    state: ShortTermState
     longterm: LongTermStore
     consolidator: Consolidator
-    encoder: OnnxEncoder
+    encoder: TextEncoder
     metrics: Metrics
     max_turns: int
     max_concurrency: int
+    # Event time a key's memory rests between two consolidations (memory.consolidation_jobs).
+    min_interval_s: float = 60.0
     locks: UserLocks = field(default_factory=UserLocks)
     links: LinkParams = field(default_factory=LinkParams)
     strength: StrengthParams = field(default_factory=StrengthParams)
@@ -113,11 +81,19 @@ class ConsolidationWorker:
 
     async def run_job(self, job: Job) -> ConsolidatedMemory | None:
         """The memory written for this job, or None when there was nothing new to do."""
-        done = [
-            await self.state.trigger_done(job.tenant_id, job.user_id, t) for t in job.trigger_ids
-        ]
-        if all(done):
+        if await self.state.trigger_done(job.tenant_id, job.user_id, job.trigger_id):
             self.metrics.consolidations.labels("skipped").inc()
+            return None
+        memory_id = memory_point_id(job.tenant_id, job.user_id, job.key)
+        existing = await self.longterm.get(job.tenant_id, job.user_id, memory_id)
+        if existing is not None and not pays_for_llm(job, existing, self.min_interval_s):
+            if new_evidence(job, existing):
+                # Too soon after the memory's newest turn (event time): the key's next
+                # trigger brings these turns along; until then they are retrieved as turns.
+                await self._mark_done(job)
+                self.metrics.consolidations.labels("deferred").inc()
+            else:
+                await self._reinforce(job, memory_id)
             return None
         turns = [t.turn for t in await self.state.turns(job.tenant_id, job.user_id, job.turn_ids)]
         # A trigger's older turns may have left the hot tier (event-time TTL, cap): the
@@ -126,9 +102,7 @@ class ConsolidationWorker:
         cold = [i for i in job.turn_ids if i not in hot]
         if cold:
             turns += await self._archived(job, cold)
-        turns = sorted(turns, key=lambda t: t.ts)[-self.max_turns :]
-        memory_id = memory_point_id(job.tenant_id, job.user_id, job.key)
-        existing = await self.longterm.get(job.tenant_id, job.user_id, memory_id)
+        turns = sorted(turns, key=lambda t: (t.ts, t.event_id))[-self.max_turns :]
         if not turns:  # every turn expired or was forgotten: nothing to consolidate
             await self._mark_done(job)
             self.metrics.consolidations.labels("skipped").inc()
@@ -183,6 +157,17 @@ class ConsolidationWorker:
         self.metrics.consolidations.labels("updated" if existing else "created").inc()
         return memory
 
+    async def _reinforce(self, job: Job, memory_id: str) -> None:
+        """No new evidence: no LLM call; the trigger's strength, if higher, is kept (as the
+        merge would keep it), in place (the memory says the same: its vector is kept)."""
+        async with self.locks(job.tenant_id, job.user_id):
+            existing = await self.longterm.get(job.tenant_id, job.user_id, memory_id)
+            strength = initial_strength(job.score, job.importance, self.strength)
+            if existing is not None and (after := reinforced(existing, strength)) is not existing:
+                await self.longterm.rewrite([after])
+        await self._mark_done(job)
+        self.metrics.consolidations.labels("unchanged").inc()
+
     async def _link(self, memory: ConsolidatedMemory, vector: np.ndarray) -> ConsolidatedMemory:
         """``memory`` linked to the user's related memories (shared entity keys, close vectors)."""
         tenant, user, limit = memory.tenant_id, memory.user_id, self.links.max_links + 1
@@ -203,8 +188,7 @@ class ConsolidationWorker:
             await self.longterm.rewrite(changed)
 
     async def _mark_done(self, job: Job) -> None:
-        for trigger_id in job.trigger_ids:
-            await self.state.mark_trigger_done(job.tenant_id, job.user_id, trigger_id)
+        await self.state.mark_trigger_done(job.tenant_id, job.user_id, job.trigger_id)
 
 
 def register_consolidate(
@@ -221,22 +205,31 @@ def register_consolidate(
     async def run(job: Job) -> ConsolidatedMemory | None:
         return await stage.retry(partial(worker.run_job, job))
 
+    async def drain(queue: list[Job]) -> list[tuple[Job, ConsolidatedMemory | Exception | None]]:
+        """One user's jobs, one at a time in log order; a poisoned one does not stop the rest."""
+        done: list[tuple[Job, ConsolidatedMemory | Exception | None]] = []
+        for job in queue:
+            try:
+                done.append((job, await run(job)))
+            except Exception as exc:
+                done.append((job, exc))
+        return done
+
     async def handle(batch: list[Received[RecurrenceTrigger]]) -> int:
         by_id = {item.value.trigger_id: item for item in batch}
-        jobs = fold_triggers([item.value for item in batch])
-        results = await asyncio.gather(*(run(job) for job in jobs), return_exceptions=True)
+        queues = user_queues([item.value for item in batch])
         handled = 0
-        for job, result in zip(jobs, results, strict=True):
-            if isinstance(result, BaseException):
-                for trigger_id in job.trigger_ids:
-                    await stage.poison(result, by_id[trigger_id])
-                continue
-            handled += len(job.trigger_ids)
-            if result is not None:
-                await topics.consolidated.send(
-                    key=f"{job.tenant_id}:{job.user_id}".encode(),
-                    value=result.model_dump_json().encode(),
-                )
+        for done in await asyncio.gather(*(drain(queue) for queue in queues)):
+            for job, result in done:
+                if isinstance(result, Exception):
+                    await stage.poison(result, by_id[job.trigger_id])
+                    continue
+                handled += 1
+                if result is not None:
+                    await topics.consolidated.send(
+                        key=f"{job.tenant_id}:{job.user_id}".encode(),
+                        value=result.model_dump_json().encode(),
+                    )
         return handled
 
     stage.batched(

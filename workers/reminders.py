@@ -19,7 +19,7 @@ from memstream.metrics import Metrics
 from schemas import Reminder
 from stores.broker import Topics
 from stores.longterm import LongTermStore
-from stores.redis_state import RedisState
+from stores.short_term import ShortTermState
 from stores.stage import periodic
 
 STAGE = "reminders"
@@ -31,7 +31,7 @@ Send = Callable[[Reminder], Awaitable[None]]
 @dataclass
 class ReminderWorker:
     longterm: LongTermStore
-    state: RedisState
+    state: ShortTermState
     max_late: timedelta
 
     async def emit_due(self, now: datetime, send: Send) -> int:

@@ -15,13 +15,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from memstream.demo import SAMPLE_STREAM
-from memstream.replay import handled_events
+from memstream.ops.demo import SAMPLE_STREAM
+from memstream.ops.replay import handled_events
 from memstream.settings import QdrantSettings, Settings
 from schemas import InteractionEvent
 from stores.broker import bootstrap_servers
 from stores.real_clusters import on_clusters
-from tests.integration.process import MemstreamProcess, settings_env, with_free_port
+from tests.integration.process import MemstreamProcess, with_free_port
 from tests.integration.test_rebuild import (
     finish,
     memstream,
@@ -72,7 +72,7 @@ def test_the_log_survives_a_cluster_restart_and_rebuilds(
     assert snapshot(base.redis.url, base.redis.prefix, qdrant) == before
 
     # A new generation, same settings, read from the restarted cluster's log: the same state.
-    finish(memstream("rebuild", "v2", "--no-switch", env=settings_env(base)), timeout=400)
+    finish(memstream("rebuild", "v2", "--no-switch", settings=base), timeout=400)
     rebuilt_qdrant = QdrantSettings(collection=f"{base.qdrant.collection}_v2")
     rebuilt = snapshot(base.redis.url, f"{base.redis.prefix}.v2", (rebuilt_qdrant, base.data_dir))
     assert rebuilt == before

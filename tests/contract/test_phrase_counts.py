@@ -1,27 +1,42 @@
-"""Tenant phrase counts on real Valkey: a user's own phrase set has no wall-clock TTL, so a
-replay of the same events, however much later, counts nobody twice (issue 14)."""
+"""The user's heard set on real Valkey (the bot's sentences the user heard, which make the
+bot's canned lines count for nothing): no wall-clock TTL, so a replay of the same events,
+however much later, decides the same; a forget removes it.
+
+It replaced the tenant-wide phrase counts (issue 14): those were shared across partitions,
+so a decision reading them depended on processing order (memory/memorize.py says why)."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
+import numpy as np
+
+from schemas import StoredTurn
 from stores.embedded import EmbeddedRedis
-from stores.redis_state import RedisState, user_tag
+from stores.redis_state import RedisState, UserRead, UserUpdate, user_tag
 
 
-async def test_a_users_phrase_set_never_expires_so_a_late_replay_counts_nobody_twice(
+async def test_the_heard_set_never_expires_and_a_forget_removes_it(
     redis_server: EmbeddedRedis,
 ) -> None:
     prefix = f"c{uuid.uuid4().hex[:8]}"
     state = RedisState.from_url(redis_server.url, prefix=prefix, ttl_days=7.0)
+    turn = StoredTurn(
+        event_id="e1",
+        session_id="s1",
+        role="assistant",
+        text="Your parcel is on its way.",
+        ts=datetime(2024, 5, 1, tzinfo=UTC),
+    )
+    vector = np.ones(4, dtype=np.float32) / 2
     try:
-        await state.record_phrases("acme", "u1", ["p1", "p2"])
-        own = f"{prefix}:{user_tag('acme', 'u1')}:phr"
+        await state.apply("acme", "u1", UserUpdate("e1", turn, vector, heard=["p1", "p2"]))
+        own = f"{prefix}:{user_tag('acme', 'u1')}:heard"
         assert await state.redis.ttl(own) == -1  # exists, no expiry
-        # What a TTL would have done once it ran out: the set gone, the tenant hash kept.
-        # Here it is not gone, so the replayed event adds nothing.
-        await state.record_phrases("acme", "u1", ["p1", "p2"])
-        assert await state.phrase_users("acme", ["p1", "p2"]) == [1, 1]
+        [snap] = await state.load_users([UserRead("acme", "u1", ["e2"], ["p1", "p3"])])
+        assert snap.heard == {"p1"}
+        assert not await state.redis.exists(f"{prefix}:phr:acme")  # no tenant-wide counts
         assert await state.delete_user("acme", "u1") >= 1
         assert not await state.redis.exists(own)  # a forget still removes it
     finally:

@@ -4,8 +4,10 @@ the processor and RPC unit tests use cannot drift from Redis unnoticed."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -16,7 +18,7 @@ from memory.recurrence import KeyState, TurnSignal
 from schemas import StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.fakes import FakeShortTermState
-from stores.redis_state import RedisState, UserUpdate
+from stores.redis_state import RedisState, UserRead, UserUpdate, UserWrite, snapshot_after
 from stores.short_term import ShortTermState
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -305,62 +307,211 @@ async def test_a_reminder_is_claimed_once_until_released(make_state: MakeState) 
     assert await state.claim_reminder(TENANT, USER, "r1", 60)
 
 
-async def test_phrases_count_distinct_users_per_tenant(make_state: MakeState) -> None:
-    state = make_state()
-    await state.record_phrases(TENANT, USER, ["p1", "p2"])
-    await state.record_phrases(TENANT, USER, ["p1"])  # the same user again: no count
-    await state.record_phrases(TENANT, OTHER, ["p1"])
-    await state.record_phrases("globex", OTHER, ["p2"])
-    assert await state.phrase_users(TENANT, ["p1", "p2", "p3"]) == [2, 1, 0]
-    assert await state.phrase_users("globex", ["p1", "p2"]) == [0, 1]
-    assert await state.phrase_users(TENANT, []) == []
-
-
-async def test_forget_deletes_the_user_and_keeps_a_forward_only_tombstone(
+async def test_the_heard_set_is_the_users_own_and_read_for_the_phrases_asked(
     make_state: MakeState,
 ) -> None:
     state = make_state()
-    first = _steps(1)
-    t = turn("e1", timedelta(0))
-    for user in (USER, OTHER):
-        await state.apply(
-            TENANT, user, update(t, clusters=first.state, clusters_changed=first.changed)
-        )
-    at = T0.timestamp() + 10
-    await state.mark_forgotten(TENANT, USER, at)
-    await state.mark_forgotten(TENANT, USER, at - 5)  # never moves back
-    assert await state.forgotten_at(TENANT, USER) == at
+    await state.apply(TENANT, USER, update(turn("e1", timedelta(0)), heard=["p1", "p2"]))
+    await state.apply(TENANT, USER, update(turn("e2", timedelta(minutes=1)), heard=["p2", "p3"]))
+    [mine, other, elsewhere] = await state.load_users(
+        [
+            UserRead(TENANT, USER, ["e2", "e3"], ["p1", "p3", "p4"]),
+            UserRead(TENANT, OTHER, ["e1"], ["p1"]),
+            UserRead("globex", USER, [], ["p1"]),
+        ]
+    )
+    assert (mine.processed, mine.heard) == (frozenset({"e2"}), frozenset({"p1", "p3"}))
+    assert mine.already_processed
+    assert (other.processed, other.heard) == (frozenset(), frozenset())
+    assert not other.already_processed
+    assert elsewhere.heard == frozenset()
     assert await state.delete_user(TENANT, USER) > 0
-    assert await state.delete_user(TENANT, USER) == 0
-
-    snap = await state.load_user(TENANT, USER, "e1")
-    assert not snap.already_processed
-    assert snap.clusters is None
-    assert snap.cluster_version == ("", 0)
-    assert snap.forgotten_at == at  # the tombstone outlives the delete
-    assert await state.turns_state(TENANT, USER) == (None, 0)
-    assert await state.turns(TENANT, USER, ["e1"]) == []
-    assert await state.users() == [f"{TENANT}:{OTHER}"]
-    # The other user is untouched.
-    assert (await state.load_user(TENANT, OTHER, "e1")).already_processed
-    assert [x.turn.event_id for x in await state.turns(TENANT, OTHER, ["e1"])] == ["e1"]
-
-    assert await state.clear_forgotten(TENANT, USER)
-    assert not await state.clear_forgotten(TENANT, USER)
-    assert await state.forgotten_at(TENANT, USER) is None
+    [gone] = await state.load_users([UserRead(TENANT, USER, ["e1"], ["p1"])])
+    assert (gone.processed, gone.heard) == (frozenset(), frozenset())
 
 
-def test_both_implementations_satisfy_the_protocol() -> None:
-    assert isinstance(FakeShortTermState(), ShortTermState)
-    assert issubclass(RedisState, ShortTermState)
-
-
-async def test_newest_event_is_the_users_latest_event_time(make_state: MakeState) -> None:
+async def test_an_updates_triggers_are_kept_with_the_event(make_state: MakeState) -> None:
     state = make_state()
-    assert await state.newest_event(TENANT, USER) is None
-    await state.apply(TENANT, USER, update(turn("b", timedelta(hours=2))))
-    await state.apply(TENANT, USER, update(turn("a", timedelta(hours=1))))  # arrives late
-    assert await state.newest_event(TENANT, USER) == (T0 + timedelta(hours=2)).timestamp()
-    assert await state.newest_event(TENANT, OTHER) is None
-    await state.delete_user(TENANT, USER)
-    assert await state.newest_event(TENANT, USER) is None
+    triggers = {"t2": b"two", "t1": b"one"}
+    await state.apply(TENANT, USER, update(turn("e1", timedelta(0)), triggers=triggers))
+    assert await state.open_event_triggers(TENANT, USER, "e1") == [b"one", b"two"]
+    await state.mark_trigger_done(TENANT, USER, "t2")
+    assert await state.open_event_triggers(TENANT, USER, "e1") == [b"one"]
+
+
+def _history() -> list[tuple[str, UserUpdate]]:
+    """Two users' updates touching everything ``apply`` writes: the hot tier's cap and
+    event-time expiry (a pinned turn, a late turn), pending adds and removes, keys, heard
+    phrases, triggers, and the clustering engine's states as it steps (one update without)."""
+    params = ClusterParams(merge_threshold=0.75, create_threshold=0.65, create_threshold_min=0.5)
+    out: list[tuple[str, UserUpdate]] = []
+    times = [0, 1, 2, 30 * 60, 3, 31 * 60, 32 * 60]  # minutes; the 4th moves the cutoff
+    for user in (USER, OTHER):
+        state = ClusterState.empty(params)
+        for n, minutes in enumerate(times):
+            event_id = f"{user}-e{n}"
+            t = turn(event_id, timedelta(minutes=minutes), pinned=n == 1)
+            k = KeyState(score=float(n), last_ts=float(n), turn_ids=[event_id], sessions=["s1"])
+            result = step(state, MemoryIn(f"{user}-e{n}", unit(n % 3), 0.5, ("w",)), n, params)
+            state = result.state if n != 2 else state
+            out.append(
+                (
+                    user,
+                    update(
+                        t,
+                        n,
+                        pending_add=signal(event_id, t.ts.timestamp()) if n % 2 == 0 else None,
+                        pending_remove=[f"{user}-e{n - 2}"] if n >= 4 else [],
+                        keys={f"k{n % 3}": k},
+                        heard=[f"p{n % 2}"],
+                        triggers={f"t{n}": b"x"} if n == 3 else {},
+                        clusters=result.state if n != 2 else None,
+                        clusters_changed=result.changed,
+                        clusters_removed=result.removed,
+                    ),
+                )
+            )
+    return out
+
+
+async def _observed(state: ShortTermState, user: str, n: int) -> dict[str, object]:
+    ids = [f"{user}-e{i}" for i in range(n)]
+    [snap] = await state.load_users([UserRead(TENANT, user, ids, ["p0", "p1", "p2"])])
+    hot = await state.turns(TENANT, user, ids)
+    return {
+        "timeline": await state.timeline_ids(TENANT, user),
+        "turns": [(h.turn, h.vector.tobytes()) for h in hot],
+        "written": await state.turns_written(TENANT, user),
+        "newest": await state.newest_event(TENANT, user),
+        "pending": [(p.event_id, p.vector.tobytes()) for p in snap.pending],
+        "keys": snap.keys,
+        "version": snap.cluster_version[1],
+        "members": [(c.cluster_id, c.member_ids) for c in snap.clusters.clusters]
+        if snap.clusters
+        else None,
+        "listed": [(c.cluster_id, c.member_ids) for c in await state.clusters(TENANT, user)],
+        "processed": snap.processed,
+        "heard": snap.heard,
+        "open": [await state.open_event_triggers(TENANT, user, i) for i in ids],
+        "users": await state.users(),
+    }
+
+
+async def test_apply_users_equals_applying_each_update_in_order(make_state: MakeState) -> None:
+    history = _history()
+    one_by_one, batched = (
+        make_state(ttl_days=0.02, max_turns=4),
+        make_state(ttl_days=0.02, max_turns=4),
+    )
+    for user, u in history:  # handing back the version read, as memorize does
+        read = (await one_by_one.load_user(TENANT, user, "-")).cluster_version
+        await one_by_one.apply(TENANT, user, replace(u, cluster_version=read))
+    # In two batches: the second starts from what the first wrote (and its cluster version).
+    for part in (history[:3] + history[7:9], history[3:7] + history[9:]):
+        versions = {
+            user: (await batched.load_user(TENANT, user, "-")).cluster_version
+            for user in (USER, OTHER)
+        }
+        writes = []
+        for user in (USER, OTHER):
+            mine = [u for who, u in part if who == user]
+            # Each update hands back the version the chain would have read before it.
+            chained: list[UserUpdate] = []
+            generation, version = versions[user]
+            for u in mine:
+                chained.append(replace(u, cluster_version=(generation, version)))
+                version += int(u.clusters is not None)
+            writes.append(UserWrite(TENANT, user, chained))
+        await batched.apply_users(writes)
+    for user in (USER, OTHER):
+        assert await _observed(batched, user, 7) == await _observed(one_by_one, user, 7)
+    assert await batched.timeline_ids(TENANT, USER) != [f"{USER}-e{i}" for i in range(7)]
+
+
+async def test_apply_users_takes_each_user_once(make_state: MakeState) -> None:
+    state = make_state()
+    twice = [UserWrite(TENANT, USER, [update(turn(f"e{i}", timedelta(minutes=i)))]) for i in (1, 2)]
+    with pytest.raises(ValueError, match="more than one"):
+        await state.apply_users(twice)
+    await state.apply_users([])  # nothing to write
+    assert await state.turns_written(TENANT, USER) == 0
+
+
+async def test_snapshot_after_is_what_a_load_reads_after_the_update(
+    make_state: MakeState,
+) -> None:
+    state = make_state()
+    history = [u for user, u in _history() if user == USER]
+    read = UserRead(TENANT, USER, [u.event_id for u in history], ["p0", "p1"])
+    [snap] = await state.load_users([read])
+    for u in history:
+        u = replace(u, cluster_version=snap.cluster_version)
+        chained = snapshot_after(snap, u)
+        await state.apply(TENANT, USER, u)
+        [snap] = await state.load_users([read])
+        assert chained.processed == snap.processed
+        assert [(p.event_id, p.vector.tobytes()) for p in chained.pending] == [
+            (p.event_id, p.vector.tobytes()) for p in snap.pending
+        ]
+        assert chained.keys == snap.keys
+        assert chained.cluster_version[1] == snap.cluster_version[1]
+        assert chained.heard == snap.heard
+        assert chained.forgotten_at == snap.forgotten_at
+        chained_members = (
+            [c.member_ids for c in chained.clusters.clusters] if chained.clusters else None
+        )
+        assert chained_members == (
+            [c.member_ids for c in snap.clusters.clusters] if snap.clusters else None
+        )
+
+
+async def test_apply_users_evicts_like_one_by_one_over_random_histories(
+    make_state: MakeState,
+) -> None:
+    """The hot tier chained in process equals Redis's own, one update at a time: caps,
+    event-time expiry, pinned turns, late turns and turns applied again, in random batches."""
+    rng = random.Random(14)
+    for _ in range(4):
+        one_by_one, batched = (make_state(ttl_days=0.01, max_turns=5) for _ in range(2))
+        history: list[tuple[str, UserUpdate]] = []
+        clock = {USER: 0.0, OTHER: 0.0}
+        for n in range(40):
+            user = rng.choice((USER, OTHER))
+            clock[user] += rng.choice((1.0, 2.0, 9.0))  # minutes; 14.4 min is the TTL
+            late = rng.random() < 0.15
+            minutes = clock[user] - (rng.uniform(5, 20) if late else 0.0)
+            again = rng.random() < 0.1 and history
+            if again:
+                user, u = rng.choice(history)  # an event applied again (its mark expired)
+            else:
+                pinned = rng.random() < 0.15
+                u = update(turn(f"{user}-{n}", timedelta(minutes=minutes), pinned=pinned), n)
+            history.append((user, u))
+        for user, u in history:
+            await one_by_one.apply(TENANT, user, u)
+        at = 0
+        while at < len(history):
+            size = rng.randint(1, 9)
+            part = history[at : at + size]
+            at += size
+            await batched.apply_users(
+                [
+                    UserWrite(TENANT, user, [u for who, u in part if who == user])
+                    for user in (USER, OTHER)
+                ]
+            )
+        for user in (USER, OTHER):
+            ids = [u.event_id for who, u in history if who == user]
+            for state in (one_by_one, batched):
+                assert await state.timeline_ids(TENANT, user) == await one_by_one.timeline_ids(
+                    TENANT, user
+                )
+            got = [(t.turn, t.vector.tobytes()) for t in await batched.turns(TENANT, user, ids)]
+            want = [(t.turn, t.vector.tobytes()) for t in await one_by_one.turns(TENANT, user, ids)]
+            assert got == want
+            assert await batched.turns_written(TENANT, user) == await one_by_one.turns_written(
+                TENANT, user
+            )
+            assert await batched.newest_event(TENANT, user) == await one_by_one.newest_event(
+                TENANT, user
+            )

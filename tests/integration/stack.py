@@ -4,112 +4,49 @@ whole foreground process group)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
-from tests.integration.process import wait_for
+from memstream.launch import ALL_ROLES, Process, child_pids, defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def clean_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
-    """No MEMSTREAM_* of the caller's: empty broker / Redis URLs start the embedded ones."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
-    return {
-        **env,
-        "MEMSTREAM_DATA_DIR": str(data_dir),
-        "MEMSTREAM_RPC__PORT": str(port),
-        "COLUMNS": "200",
-        **extra,
-    }
+class Stack(Process):
+    """Default settings but the folder and the port (none of the caller's ``MEMSTREAM_*``):
+    empty broker / Redis URLs start the embedded ones."""
 
-
-@dataclass
-class Stack:
-    data_dir: Path
-    port: int
-    log_path: Path
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Stack:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memstream", "up", *self.args],
+    def __init__(self, data_dir: Path, port: int, log_path: Path, args: Sequence[str] = ()) -> None:
+        settings = defaults({"data_dir": data_dir, "rpc": {"port": port}})
+        super().__init__(
+            settings,
+            ALL_ROLES,
+            log_path=log_path,
+            args=args,
+            env={"COLUMNS": "200"},  # the banner's curl on one line
             cwd=ROOT,
-            env=clean_env(self.data_dir, self.port, **self.env),
-            stdout=self.log_path.open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            new_session=True,
         )
-        return self
 
     def wait_ready(self, timeout_s: float = 150.0) -> None:
-        wait_for(self._ready, timeout_s, f"memstream up (log: {self.log_path})")
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"memstream exited {self.proc.returncode}: {self.output()[-3000:]}")
-        try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        self.ready(timeout_s, "/readyz")
 
     def children(self) -> list[int]:
         """Pids of the processes this stack started (the broker and Valkey)."""
-        assert self.proc is not None
-        return child_pids(self.proc.pid)
+        return child_pids(self.pid)
 
     def ctrl_c(self, timeout_s: float) -> tuple[int | None, float]:
         """SIGINT to the process group, as a terminal's Ctrl-C; (exit code, seconds)."""
-        assert self.proc is not None
         started = time.monotonic()
-        os.killpg(self.proc.pid, signal.SIGINT)
+        self.signal_group(signal.SIGINT)
         try:
-            code: int | None = self.proc.wait(timeout_s)
+            code: int | None = self.wait(timeout_s)
         except subprocess.TimeoutExpired:
             code = None
         return code, time.monotonic() - started
-
-    def kill(self) -> None:
-        """Everything of ours, whatever state it is in (teardown)."""
-        if self.proc is not None and self.proc.poll() is None:
-            pids = self.children()
-            self.proc.kill()
-            self.proc.wait()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def child_pids(parent: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            found.append(int(entry.name))
-    return found
 
 
 def alive(pid: int) -> bool:

@@ -23,24 +23,16 @@ import pytest
 from bench import synthetic
 from memory.cluster_describe import terms_of
 from memory.cluster_state import Cluster
-from memory.clustering import (
-    ClusterState,
-    MemoryIn,
-    cluster_to_bytes,
-    engine_from_bytes,
-    engine_to_bytes,
-    step,
-    vectors_needed,
-    with_descriptions,
-)
+from memory.clustering import ClusterState, MemoryIn, step, vectors_needed, with_descriptions
 from memory.hot_tier import evictions
 from memory.text import is_remember_request
 from memory.vectors import normalize
-from memstream.replay import replay_file
+from memstream.ops.replay import replay_file
 from memstream.settings import Settings
 from memstream.wiring import cluster_params
 from reliability.cluster import read_topic
 from schemas import EncodedEvent, StoredTurn
+from stores.codecs import cluster_to_bytes, engine_from_bytes, engine_to_bytes
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
 from stores.redis_state import RedisState, UserUpdate

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from memstream.cli import cli
+from memstream.ops.top import scrape
 from memstream.settings import Settings
-from memstream.top import scrape
 from memstream.wiring import open_state
 from tests.integration.process import MemstreamProcess, settings_env, wait_for, with_free_port
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from memstream.settings import QdrantSettings
+from memstream.wiring import open_longterm
 from schemas.memories import ConsolidatedMemory, Fact, HistoryEntry, StoredTurn, TimelineEntry
 from stores.longterm import (
     ArchivedTurn,
     LongTermStore,
     as_float16,
     memory_point_id,
-    open_longterm,
     turn_point_id,
 )
 from stores.qdrant_edge_store import QdrantEdgeStore

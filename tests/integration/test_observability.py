@@ -6,10 +6,8 @@ evaluates every dashboard query.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,13 +18,14 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from memstream.demo import SAMPLE_STREAM
+from memstream.launch import ROLE_SETS, Process, on_free_port, with_overrides
 from memstream.metrics import catalogue
-from memstream.replay import replay_file
+from memstream.ops.demo import SAMPLE_STREAM
+from memstream.ops.replay import replay_file
 from memstream.settings import DEMO_API_KEY, Settings
 from stores.broker import EventPublisher
 from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
-from tests.integration.process import MemstreamProcess, settings_env, wait_for
+from tests.integration.process import MemstreamProcess, wait_for
 from tests.unit.test_observability_files import DASHBOARD, PROMETHEUS, dashboard_exprs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -146,49 +145,18 @@ def split(
 ) -> Iterator[Split]:
     tmp = tmp_path_factory.mktemp("split")
     shared = unique_settings(broker, redis_server, tmp / "data")
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    urls: dict[str, str] = {}
+    procs: dict[str, Process] = {}
     try:
-        for role, command in (("worker", "worker"), ("consolidator", "consolidator")):
-            port = free_port()
-            role_settings = shared.model_copy(update={"data_dir": tmp / role, "metrics_port": port})
-            procs[role] = _start(command, role_settings, tmp / f"{role}.log")
-            urls[role] = f"http://127.0.0.1:{port}"
-        serve_settings = shared.model_copy(
-            update={
-                "data_dir": tmp / "serve",
-                "rpc": shared.rpc.model_copy(update={"port": free_port()}),
-            }
-        )
-        procs["serve"] = _start("serve", serve_settings, tmp / "serve.log")
-        urls["serve"] = f"http://127.0.0.1:{serve_settings.rpc.port}"
-        for role, url in urls.items():
-
-            def ready(role: str = role, url: str = url) -> bool:
-                proc = procs[role]
-                assert proc.poll() is None, (tmp / f"{role}.log").read_text()[-3000:]
-                try:
-                    return httpx.get(f"{url}/readyz", timeout=3).status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            wait_for(ready, 90, f"memstream {role} /readyz")
-        yield Split(serve_settings, urls)
+        for name in ("worker", "consolidator", "serve"):
+            roles = ROLE_SETS[name]
+            own = on_free_port(with_overrides(shared, {"data_dir": tmp / name}), roles)
+            procs[name] = Process(own, roles, log_path=tmp / f"{name}.log").spawn()
+        for proc in procs.values():
+            proc.ready(90, "/readyz")
+        yield Split(procs["serve"].settings, {name: proc.url for name, proc in procs.items()})
     finally:
         for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            proc.wait(30)
-
-
-def _start(command: str, settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "memstream", command],
-            env={**os.environ, **settings_env(settings)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+            proc.stop()
 
 
 def scrape(url: str) -> Samples:

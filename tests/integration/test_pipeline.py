@@ -10,8 +10,8 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from memstream.demo import DEMO_QUESTIONS, SAMPLE_STREAM
-from memstream.replay import replay_file
+from memstream.ops.demo import DEMO_QUESTIONS, SAMPLE_STREAM
+from memstream.ops.replay import replay_file
 from memstream.settings import Settings
 from schemas import DeadLetter
 from stores.broker import EventPublisher, bootstrap_servers

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from bench.services import Samples
-from memstream.demo import SAMPLE_STREAM
-from memstream.replay import replay_file, unsettled_work
+from memstream.ops.demo import SAMPLE_STREAM
+from memstream.ops.replay import replay_file, unsettled_work
 from memstream.settings import Settings
+from memstream.wiring import open_longterm
 from schemas import InteractionEvent
-from stores.longterm import open_longterm
 from stores.redis_client import sync_redis
 from stores.redis_state import user_tag
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port

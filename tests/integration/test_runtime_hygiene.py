@@ -30,12 +30,10 @@ def json_lines(path: Path) -> list[dict]:
     return found
 
 
-def test_logs_top_and_sigterm(
-    settings_factory: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MEMSTREAM_LOG_LEVEL", "info")
+def test_logs_top_and_sigterm(settings_factory: Callable[..., Settings], tmp_path: Path) -> None:
     process = MemstreamProcess(
-        with_free_port(settings_factory(metrics_interval_s=0.5)), tmp_path / "up.log"
+        with_free_port(settings_factory(metrics_interval_s=0.5, log_level="info")),
+        tmp_path / "up.log",
     ).start()
     try:
         settings = process.settings

@@ -30,7 +30,7 @@ def test_replay_reports_catching_up_then_ctrl_c_stops_quietly(tmp_path: Path) ->
         free_port(),
         tmp_path / "up.log",
         args=["--replay", "examples/sample_stream.jsonl"],
-    ).start()
+    ).spawn()
     try:
         headers = {"Authorization": f"Bearer {DEMO_API_KEY}"}
 

@@ -35,7 +35,7 @@ def one_line_refusal(stack: Stack) -> str:
 
 def test_second_stack_on_one_folder_refuses_and_none_outlives_a_kill(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    first = Stack(data, free_port(), tmp_path / "first.log").start()
+    first = Stack(data, free_port(), tmp_path / "first.log").spawn()
     others: list[Stack] = []
     try:
         first.wait_ready()
@@ -44,7 +44,7 @@ def test_second_stack_on_one_folder_refuses_and_none_outlives_a_kill(tmp_path: P
         assert len(services) == 2, services  # the embedded broker and Valkey
         files = tree(data)
 
-        second = Stack(data, free_port(), tmp_path / "second.log").start()
+        second = Stack(data, free_port(), tmp_path / "second.log").spawn()
         others.append(second)
         refusal = one_line_refusal(second)
         assert f"another memstream (pid {first.proc.pid}, {first.url})" in refusal
@@ -64,7 +64,7 @@ def test_second_stack_on_one_folder_refuses_and_none_outlives_a_kill(tmp_path: P
         assert answer.status_code == 200, answer.text
 
         # Another folder on the same port: the port is named, with the way out.
-        third = Stack(tmp_path / "other", first.port, tmp_path / "third.log").start()
+        third = Stack(tmp_path / "other", first.port, tmp_path / "third.log").spawn()
         others.append(third)
         refusal = one_line_refusal(third)
         assert f"port {first.port}" in refusal

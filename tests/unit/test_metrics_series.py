@@ -27,9 +27,9 @@ from memstream.metrics import (
     STAGE_OUTCOMES,
     Metrics,
 )
+from memstream.ops.top import Scrape, heading, http_rates, quantile, render
 from memstream.sampling import LagSampler, is_internal_topic
 from memstream.settings import Settings
-from memstream.top import Scrape, heading, http_rates, quantile, render
 from rpc.server import ApiDeps, create_api
 from stores.encoder import EncoderStats
 from streams import control, encode, memorize

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memstream.cli import banner
-from memstream.replay import forgotten_hint
+from memstream.ops.replay import forgotten_hint
 from memstream.runtime import Backlog
 from memstream.settings import DEMO_API_KEY, Settings, hash_api_key
 from rpc.client import MemstreamError, detail_text

@@ -9,8 +9,8 @@ import math
 from faust.types import TP
 
 from memstream.logs import JsonFormatter, event_id_of
+from memstream.ops.top import quantile
 from memstream.sampling import lag_by_partition
-from memstream.top import quantile
 
 
 def test_lag_counts_from_the_commit_or_from_the_start() -> None:

@@ -28,6 +28,18 @@ def test_the_wheel_packages_every_product_package_and_no_harness() -> None:
     assert not {name.split(".")[0] for name in packaged} & HARNESS
 
 
+def test_every_subpackage_of_the_product_is_in_the_wheel() -> None:
+    # setuptools' explicit list does not take subpackages (memstream.ops) by itself.
+    packaged = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    nested = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for init in REPO.glob("*/**/__init__.py")
+        if init.parent.relative_to(REPO).parts[0] in packaged
+    }
+    assert nested - packaged == set()
+    assert "memstream.ops" in nested
+
+
 def test_harness_dependencies_are_only_in_the_bench_extra() -> None:
     runtime = dist_names(PYPROJECT["project"]["dependencies"])
     extras = PYPROJECT["project"]["optional-dependencies"]

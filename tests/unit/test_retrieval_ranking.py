@@ -14,11 +14,12 @@ from memory.lexical import LexicalIndex
 from memory.ranking import Candidate, RankingParams
 from memstream.metrics import Metrics
 from rpc.retrieval import QueryEncoder, Retriever
-from rpc.turn_index import UserTurns, index_turn
 from schemas import ConsolidatedMemory, Fact, RetrieveRequest, StoredTurn
-from stores.encoder import OnnxEncoder
 from stores.longterm import LongTermStore, ScoredMemory
-from stores.redis_state import RedisState, TurnWithVector
+from stores.redis_state import TurnWithVector
+from stores.short_term import ShortTermState
+from stores.text_encoder import TextEncoder
+from stores.turn_index import UserTurns, index_turn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # an old conversation: years before the clock
@@ -34,8 +35,8 @@ class _Encoder:
 
 def retriever(params: RankingParams | None = None) -> Retriever:
     return Retriever(
-        queries=QueryEncoder(cast(OnnxEncoder, _Encoder())),
-        state=cast(RedisState, None),
+        queries=QueryEncoder(cast(TextEncoder, _Encoder())),
+        state=cast(ShortTermState, None),
         longterm=cast(LongTermStore, None),
         metrics=Metrics(CollectorRegistry()),
         short_term_candidates=0,

@@ -1,8 +1,9 @@
 """CLAG routing step: bands, exact weighted centroids, the fuzzy buffer, routing answers,
-serialisation, and the engine's invariants as hypothesis properties."""
+and the engine's invariants as hypothesis properties (byte forms: tests/unit/stores)."""
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -11,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.cluster_state import engine_from_bytes
 from memory.clustering import (
     MIN_WEIGHT,
     NEW,
@@ -20,9 +20,6 @@ from memory.clustering import (
     MemoryIn,
     StepResult,
     classify,
-    cluster_from_bytes,
-    cluster_to_bytes,
-    engine_to_bytes,
     member_count,
     step,
     vectors_needed,
@@ -183,10 +180,10 @@ def test_ties_go_to_the_older_cluster() -> None:
 
 def test_step_does_not_touch_its_input_state() -> None:
     s = run([E0, at_cosine(E0, E1, 0.7)]).state
-    before = (tuple(cluster_to_bytes(c) for c in s.clusters), engine_to_bytes(s))
+    before = copy.deepcopy(s)
     for i in range(12):
         step(s, MemoryIn(f"n{i}", at_cosine(E0, E2, 0.7), 0.5), 10.0 + i, PARAMS)
-    assert (tuple(cluster_to_bytes(c) for c in s.clusters), engine_to_bytes(s)) == before
+    assert s == before  # every field, vectors bit for bit
 
 
 @pytest.mark.parametrize(
@@ -211,31 +208,6 @@ def test_vectors_are_asked_for_only_when_a_split_may_happen() -> None:
     assert vectors_needed(s, MemoryIn("x", E0), p) == []  # maintenance not due yet
     s = replace(s, since_maintenance=4)
     assert vectors_needed(s, MemoryIn("x", E0), p) == ["e0", "e1", "e2"]
-
-
-# --- serialisation -------------------------------------------------------------------------
-
-
-def test_cluster_and_engine_bytes_round_trip() -> None:
-    r = run([E0, at_cosine(E0, E1, 0.9), at_cosine(E0, E2, 0.7), E3])
-    s = r.state
-    back = tuple(cluster_from_bytes(cluster_to_bytes(c)) for c in s.clusters)
-    assert back == s.clusters
-    assert engine_from_bytes(engine_to_bytes(s), back) == s
-    assert len(s.buffer) == 1
-
-
-@pytest.mark.parametrize(
-    "blob", [b"", b"nope", b"MSC2\x05\x00\x00\x00{bad}", b"MSC2\x02\x00\x00\x00{}"]
-)
-def test_corrupt_bytes_are_rejected(blob: bytes) -> None:
-    with pytest.raises(ValueError):  # noqa: PT011 - several messages, one contract
-        cluster_from_bytes(blob)
-
-
-def test_truncated_centroid_is_rejected() -> None:
-    with pytest.raises(ValueError, match="float32"):
-        cluster_from_bytes(cluster_to_bytes(run([E0]).state.clusters[0])[:-2])
 
 
 # --- properties ----------------------------------------------------------------------------
@@ -297,4 +269,3 @@ def test_same_input_same_order_gives_the_same_state(
 ) -> None:
     a, b = replay(vectors, ts, SMALL)[-1].state, replay(vectors, ts, SMALL)[-1].state
     assert a == b
-    assert engine_from_bytes(engine_to_bytes(a), a.clusters) == a

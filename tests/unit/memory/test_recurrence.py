@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Mapping
 
@@ -14,8 +15,6 @@ from memory.recurrence import (
     RecurrenceParams,
     TurnSignal,
     detect,
-    key_state_from_json,
-    key_state_to_json,
 )
 from memory.text import extract_entities
 from memory.vectors import FloatArray, normalize
@@ -369,9 +368,9 @@ def test_a_turn_of_an_already_consolidated_entity_leaves_topics_to_it() -> None:
 def test_inputs_are_not_mutated() -> None:
     state = KeyState(score=2, last_ts=T0, turn_ids=["a"], sessions=["s1"])
     keys = {"entity:order:A-1": state}
-    before = key_state_to_json(state)
+    before = copy.deepcopy(state)
     detect(mention("m9", T0 + 5), [], keys, T0 + 5, PARAMS)
-    assert key_state_to_json(keys["entity:order:A-1"]) == before
+    assert keys == {"entity:order:A-1": before}
 
 
 def test_params_are_validated() -> None:
@@ -379,49 +378,3 @@ def test_params_are_validated() -> None:
         RecurrenceParams(min_similar=0)
     with pytest.raises(ValueError, match="half_life"):
         RecurrenceParams(entity_half_life_days=0)
-
-
-# --- serialisation -------------------------------------------------------------------------
-
-
-def test_key_state_json_round_trip() -> None:
-    state = KeyState(
-        score=2.5,
-        last_ts=T0 + 0.25,
-        turn_ids=["e1", "订单-1"],
-        sessions=["s1"],
-        new_since_fire=1,
-        fired=3,
-    )
-    assert key_state_from_json(key_state_to_json(state)) == state
-
-
-@pytest.mark.parametrize("raw", ["", "{}", "[]", '{"score": 1}', "not json"])
-def test_corrupt_key_state_is_rejected(raw: str) -> None:
-    with pytest.raises(ValueError, match="corrupt key state"):
-        key_state_from_json(raw)
-
-
-def test_pending_signal_round_trips_through_bytes() -> None:
-    from memory.recurrence import signal_from_bytes, signal_to_bytes
-
-    vector = np.zeros(384, dtype=np.float32)
-    vector[3] = 1.0
-    signal = TurnSignal(
-        event_id="ana-s1-t03",
-        session_id="ana-s1",
-        ts=1_790_000_000.5,
-        vector=vector,
-        entities=("order:A-10293", "email:ana@example.com"),
-        cluster_id="c4",
-        salient=True,
-        pinned=False,
-    )
-    back = signal_from_bytes(signal_to_bytes(signal))
-    assert (back.event_id, back.session_id, back.ts) == ("ana-s1-t03", "ana-s1", 1_790_000_000.5)
-    assert back.entities == signal.entities
-    assert back.cluster_id == "c4"
-    assert (back.salient, back.pinned) == (True, False)
-    assert np.array_equal(back.vector, vector)
-    with pytest.raises(ValueError, match="corrupt"):
-        signal_from_bytes(b"\x05\x00\x00\x00{bad")

@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
+from memory.consolidation_jobs import Job
 from memstream.metrics import Metrics
-from schemas import RecurrenceTrigger, StoredTurn
+from schemas import StoredTurn
 from stores.fakes import FakeShortTermState
 from stores.llm import ExtractiveConsolidator
 from stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
 from tests.unit.over_fakes import ENCODER, put_hot
-from workers.consolidate import ConsolidationWorker, Job, fold_triggers
+from workers.consolidate import ConsolidationWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"
@@ -42,8 +43,14 @@ async def hot(state: FakeShortTermState, i: int, text: str) -> None:
     await put_hot(state, TENANT, USER, stored(i, text))
 
 
-def job(trigger: str, turn_ids: tuple[str, ...] = ("e0", "e1", "e2"), key: str = KEY) -> Job:
-    return Job(TENANT, USER, key, (trigger,), turn_ids, score=4.0, importance=0.5)
+def job(
+    trigger: str,
+    turn_ids: tuple[str, ...] = ("e0", "e1", "e2"),
+    key: str = KEY,
+    score: float = 4.0,
+    ts: datetime = T0 + timedelta(hours=2),  # the trigger fires on its newest turn
+) -> Job:
+    return Job(TENANT, USER, key, "entity", trigger, turn_ids, score, 0.5, ts)
 
 
 @pytest.fixture
@@ -61,14 +68,20 @@ class Run:
             state=state,
             longterm=longterm,
             consolidator=ExtractiveConsolidator(),
-            encoder=ENCODER,  # type: ignore[arg-type]  # typed OnnxEncoder in workers/
+            encoder=ENCODER,
             metrics=Metrics(self.registry),
             max_turns=20,
             max_concurrency=2,
         )
 
+    def llm_calls(self) -> float:
+        found = self.registry.get_sample_value(
+            "memstream_llm_calls_total", {"backend": "extractive", "outcome": "ok"}
+        )
+        return found or 0.0
+
     def outcomes(self) -> dict[str, float]:
-        names = ("created", "updated", "unchanged", "skipped")
+        names = ("created", "updated", "unchanged", "deferred", "skipped")
         found = {
             n: self.registry.get_sample_value("memstream_consolidations_total", {"outcome": n})
             for n in names
@@ -105,6 +118,22 @@ async def test_a_done_trigger_is_skipped_and_the_same_evidence_changes_nothing(
     assert first is not None
     assert await longterm.get(TENANT, USER, first.memory_id) == first
     assert run.outcomes() == {"created": 1.0, "skipped": 1.0, "unchanged": 1.0}
+    assert run.llm_calls() == 1.0  # no new turn, no LLM call
+
+
+async def test_a_trigger_with_no_new_turn_only_raises_the_strength(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    run = Run(state, longterm)
+    first = await run.worker.run_job(job("t1", score=1.0))
+    assert first is not None
+    assert await run.worker.run_job(job("t2", ("e1", "e2"), score=9.0)) is None
+    after = await longterm.get(TENANT, USER, first.memory_id)
+    assert after is not None
+    assert after.strength > first.strength
+    assert after == first.model_copy(update={"strength": after.strength})  # nothing else
+    assert await state.trigger_done(TENANT, USER, "t2")
+    assert run.llm_calls() == 1.0
 
 
 async def test_new_evidence_updates_the_same_memory(
@@ -113,7 +142,9 @@ async def test_new_evidence_updates_the_same_memory(
     run = Run(state, longterm)
     first = await run.worker.run_job(job("t1"))
     await hot(state, 3, "Order A-10293 finally arrived today")
-    second = await run.worker.run_job(job("t2", ("e0", "e1", "e2", "e3")))
+    second = await run.worker.run_job(
+        job("t2", ("e0", "e1", "e2", "e3"), ts=T0 + timedelta(hours=3))
+    )
     assert first is not None
     assert second is not None
     assert second.memory_id == first.memory_id
@@ -122,6 +153,36 @@ async def test_new_evidence_updates_the_same_memory(
     assert second.created_at == first.created_at
     assert await longterm.count(TENANT, USER) == 1
     assert run.outcomes() == {"created": 1.0, "updated": 1.0}
+
+
+async def test_a_trigger_soon_after_the_memorys_newest_turn_waits_for_the_next(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    run = Run(state, longterm)
+    first = await run.worker.run_job(job("t1"))
+    assert first is not None
+    soon = T0 + timedelta(hours=2, seconds=30)  # a burst: inside min_interval_s (60 s)
+    await put_hot(
+        state,
+        TENANT,
+        USER,
+        stored(3, "Order A-10293 finally arrived today").model_copy(update={"ts": soon}),
+    )
+    assert await run.worker.run_job(job("t2", ("e0", "e1", "e2", "e3"), ts=soon)) is None
+    assert await longterm.get(TENANT, USER, first.memory_id) == first
+    assert await state.trigger_done(TENANT, USER, "t2")
+    later = T0 + timedelta(hours=5)
+    await put_hot(
+        state,
+        TENANT,
+        USER,
+        stored(4, "Thanks, order A-10293 is all fine").model_copy(update={"ts": later}),
+    )
+    third = await run.worker.run_job(job("t3", ("e0", "e1", "e2", "e3", "e4"), ts=later))
+    assert third is not None
+    assert third.source_event_ids == ["e0", "e1", "e2", "e3", "e4"]  # the waiting turn too
+    assert run.outcomes() == {"created": 1.0, "deferred": 1.0, "updated": 1.0}
+    assert run.llm_calls() == 2.0
 
 
 async def test_turns_gone_from_the_hot_tier_come_from_the_archive(
@@ -160,30 +221,3 @@ async def test_memories_sharing_an_entity_are_linked_both_ways(
     again = await longterm.get(TENANT, USER, order.memory_id)
     assert again is not None
     assert again.links == [topic.memory_id]
-
-
-def test_triggers_of_one_key_fold_into_one_job() -> None:
-    def trigger(tid: str, key: str, turns: list[str], score: float) -> RecurrenceTrigger:
-        return RecurrenceTrigger(
-            trigger_id=tid,
-            tenant_id=TENANT,
-            user_id=USER,
-            key=key,
-            reason="entity",
-            score=score,
-            turn_ids=turns,
-            importance=0.5,
-            ts=T0,
-        )
-
-    jobs = fold_triggers(
-        [
-            trigger("t1", KEY, ["e0", "e1"], 3.0),
-            trigger("t2", "topic:c0", ["e1"], 1.0),
-            trigger("t3", KEY, ["e1", "e2"], 4.0),
-        ]
-    )
-    assert jobs == [
-        Job(TENANT, USER, KEY, ("t1", "t3"), ("e0", "e1", "e2"), 4.0, 0.5),
-        Job(TENANT, USER, "topic:c0", ("t2",), ("e1",), 1.0, 0.5),
-    ]

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from memory.lexical import LexicalIndex
-from rpc.turn_index import UserTurns, index_turn
 from schemas import StoredTurn
 from stores.redis_state import TurnWithVector
+from stores.turn_index import UserTurns, index_turn
 
 T0 = datetime(2023, 5, 1, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from memstream.replay import (
+from memstream.ops.replay import (
     file_users,
     forgotten_hint,
     forgotten_users,
@@ -25,7 +25,7 @@ from memstream.settings import DEMO_API_KEY
 from rpc.client import MemoryClient
 from schemas import RetrieveResponse
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SAMPLE_STREAM = EXAMPLES / "sample_stream.jsonl"
 DEMO_QUESTIONS = EXAMPLES / "demo_questions.json"
 

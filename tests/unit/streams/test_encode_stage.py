@@ -1,0 +1,121 @@
+"""The encode stage's handler (``streams.encode.EventEncoder``) over the hash encoder, driven
+through one turn of the batched loop: events encoded in order and published keyed by user,
+bad input dead-lettered with its reason, a text the encoder chokes on parked alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import numpy as np
+
+from schemas import EncodedEvent, InteractionEvent
+from stores.fakes import HashEncoder
+from stores.text_encoder import FloatArray
+from streams.encode import STAGE, EventEncoder
+from tests.unit.streams.stage_fakes import RecordingTopic, message, sample, stage
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def event(i: int, text: str, *, user: str = "u1", tenant: str = "acme") -> bytes:
+    return (
+        InteractionEvent(
+            event_id=f"e{i}",
+            tenant_id=tenant,
+            user_id=user,
+            session_id="s1",
+            role="user",
+            text=text,
+            ts=T0 + timedelta(minutes=i),
+        )
+        .model_dump_json()
+        .encode()
+    )
+
+
+class ChokingEncoder(HashEncoder):
+    """Fails on any batch holding a text with ``bad`` in it (a model error, not an outage)."""
+
+    def encode(
+        self, texts: Sequence[str], *, query: bool = False, cache: bool = False
+    ) -> FloatArray:
+        if any("bad" in t for t in texts):
+            raise ValueError("cannot encode")
+        return super().encode(texts, query=query, cache=cache)
+
+
+def published(topic: RecordingTopic) -> list[tuple[bytes | None, EncodedEvent]]:
+    return [(k, EncodedEvent.model_validate_json(v)) for k, v in topic.sent]
+
+
+async def test_a_batch_is_encoded_in_one_call_and_published_in_order() -> None:
+    s, dlq, metrics = stage(STAGE, "memstream.events")
+    out, encoder = RecordingTopic("memstream.encoded"), HashEncoder()
+    handler = EventEncoder(s, encoder, cast(Any, out))
+    texts = ["Where is my order A-1?", "I like hiking", "Order A-1 again"]
+    batch = [
+        message(event(0, texts[0])),
+        message(event(1, texts[1], user="u2"), key=b"acme:u2"),
+        message(event(2, texts[2], tenant="other"), key=b"other:u1"),
+    ]
+    await s.handle_batch(InteractionEvent, handler.handle, batch)
+
+    assert encoder.calls == 1  # the whole batch in one encoder call
+    sent = published(out)
+    assert [e.event.event_id for _, e in sent] == ["e0", "e1", "e2"]
+    assert [k for k, _ in sent] == [b"acme:u1", b"acme:u2", b"other:u1"]  # the user's key
+    expected = HashEncoder().encode(texts)
+    for row, (_, e) in zip(expected, sent, strict=True):
+        assert e.model_id == encoder.model_id
+        assert np.allclose(e.embedding, row, atol=1e-6)
+    assert sent[0][1].event == InteractionEvent.model_validate_json(event(0, texts[0]))
+    assert dlq.sent == []
+    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 3
+    assert sample(metrics, "memstream_batch_size_sum", stage=STAGE) == 3
+
+
+async def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_published() -> None:
+    s, dlq, metrics = stage(STAGE, "memstream.events")
+    out = RecordingTopic("memstream.encoded")
+    handler = EventEncoder(s, HashEncoder(), cast(Any, out))
+    wrong_role = json.loads(event(2, "hello"))
+    wrong_role["role"] = "robot"
+    batch = [
+        message(event(0, "first")),
+        message(b"{not json"),
+        message(json.dumps(wrong_role).encode()),
+        message(b""),
+        message(None),  # a null record
+        message(event(1, "second")),
+    ]
+    await s.handle_batch(InteractionEvent, handler.handle, batch)
+
+    assert [e.event.event_id for _, e in published(out)] == ["e0", "e1"]
+    reasons = [d.reason for d in dlq.letters()]
+    assert reasons[0].startswith("invalid message: Invalid JSON")
+    assert reasons[1].startswith("invalid message: role: Input should be")
+    assert reasons[2:] == ["empty value", "empty value (null record)"]
+    assert {(d.stage, d.topic) for d in dlq.letters()} == {(STAGE, "memstream.events")}
+    assert dlq.letters()[0].original == "{not json"  # the bytes as they came
+    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="validation") == 4
+    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
+
+
+async def test_a_text_the_encoder_fails_on_is_parked_and_its_batch_mates_go_on() -> None:
+    s, dlq, metrics = stage(STAGE, "memstream.events")
+    out = RecordingTopic("memstream.encoded")
+    handler = EventEncoder(s, ChokingEncoder(), cast(Any, out))
+    batch = [message(event(0, "fine")), message(event(1, "a bad one")), message(event(2, "ok"))]
+    await s.handle_batch(InteractionEvent, handler.handle, batch)
+
+    assert [e.event.event_id for _, e in published(out)] == ["e0", "e2"]  # order kept
+    [letter] = dlq.letters()
+    assert letter.reason == "encode failed: ValueError('cannot encode')"
+    assert InteractionEvent.model_validate_json(letter.original).event_id == "e1"
+    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="poison") == 1
+    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
+    # The whole batch was tried under the retry policy (3 attempts) before one by one.
+    assert sample(metrics, "memstream_retries_total", stage=STAGE, kind="error") == 2
