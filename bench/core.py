@@ -20,6 +20,8 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "event to retrievable p95 ms",
     "retrieval p99 ms (half load, 10k/user)",
     "retrieval server-side p99 ms (10k/user, 1M store)",
+    "one caller p99 ms vs mem0 (1k memories)",
+    "one caller p99 ms vs mem0 (10k memories)",
     "LoCoMo-dev R@10 (source turns ranked)",
     "LoCoMo-dev evidence shown @1024 tokens",
     "LoCoMo-dev evidence shown @512 tokens",
