@@ -18,6 +18,7 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "encoder texts per event",
     "CPU ms per event beyond the encoder",
     "event to retrievable p95 ms",
+    "scale-out events/s, 2 processes / 1",
     "retrieval p99 ms (half load, 10k/user)",
     "retrieval server-side p99 ms (10k/user, 1M store)",
     "one caller p99 ms vs mem0 (1k memories)",

@@ -94,3 +94,39 @@ def series_chart(
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
+
+
+def scaleout_chart(path: Path, runs: Sequence[dict[str, Any]], target: float, title: str) -> Path:
+    """Events/s of each scale-out run, one bar per run split by process (each labelled with
+    its pinned core), against one process times ``target`` and times the process count."""
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    colors = ("#4c72b0", "#55a868", "#8172b2", "#937860")
+    for x, run in enumerate(runs):
+        total = max(sum(run["per_worker"]), 1.0)
+        bottom = 0.0
+        for k, (handled, cores) in enumerate(zip(run["per_worker"], run["cores"], strict=True)):
+            share = run["events_per_s"] * handled / total
+            label = f"process on core {','.join(map(str, cores))}"
+            ax.bar(x, share, bottom=bottom, color=colors[k % len(colors)], label=label)
+            bottom += share
+        times = f" = {bottom / runs[0]['events_per_s']:.2f}× one" if x else ""
+        ax.annotate(f"{bottom:,.0f}/s{times}", (x, bottom), ha="center", va="bottom")
+    names = [
+        f"{r['workers']} process{'es' if r['workers'] > 1 else ''}, "
+        f"core{'s' if len(r['cores']) > 1 else ''} "
+        f"{' + '.join(','.join(map(str, c)) for c in r['cores'])}"
+        for r in runs
+    ]
+    ax.set_xticks(range(len(runs)), names, fontsize=8)
+    if runs:
+        one = runs[0]["events_per_s"]
+        most = max(r["workers"] for r in runs)
+        ax.axhline(target * one, color="#c44e52", ls="--", lw=1, label=f"target {target}× one")
+        ax.axhline(most * one, color="#999999", ls=":", lw=1, label=f"{most}× one (linear)")
+        ax.set_ylim(0, 1.2 * max([most * one] + [r["events_per_s"] for r in runs]))
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))  # one entry per core, not per bar
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    ax.set_ylabel("events per second (to memorized)")
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)

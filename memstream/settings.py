@@ -41,7 +41,11 @@ class KafkaSettings(_Section):
     broker: str = ""  # "" = embedded Tansu broker
     partitions: int = 4
     session_timeout_s: float = 3.0  # Tansu joins groups in ~half of it
-    fetch_max_wait_ms: int = 100  # Tansu holds empty fetches this long (see stores/broker.py)
+    # Tansu holds empty fetches this long (see stores/broker.py): the wait per hop while
+    # records flow, and (each empty fetch costs CPU) once a consumer has had none for a
+    # second or while a stage has a full batch waiting.
+    fetch_max_wait_ms: int = 10
+    fetch_idle_wait_ms: int = 100
     topic_prefix: str = "memstream"
     # Copies of each topic memstream declares: 3 on a Kafka cluster (with the brokers'
     # min.insync.replicas=2 and acks=all, a write survives one node lost); 1 embedded.
@@ -82,6 +86,9 @@ class EncoderSettings(_Section):
     model_sha256: str = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
     tokenizer_path: Path | None = None  # None = stores/assets/all-MiniLM-L6-v2/tokenizer.json
     max_tokens: int = 256
+    # The encode stage takes what has arrived as soon as it is free (batches form under
+    # load, up to batch_size); batch_within_s caps how long it lets the rest of a fetch
+    # join (it no longer waits for a batch to fill).
     batch_size: int = 32
     batch_within_s: float = 0.05
     threads: int = 0  # 0 = the process's cores less one (the event loop's), at least 1

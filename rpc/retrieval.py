@@ -12,6 +12,8 @@ Two things keep it cheap under load:
 - Short-term turns are not read per query: ``stores.turn_index.TurnIndex`` keeps each user's
   vectors, texts and BM25 postings in process and re-syncs only what changed, on a version
   token ``memorize`` bumps. A query then costs one tiny Redis read plus numpy.
+- The reads that need no vector (the turn index's version, the key lookup, the clusters)
+  run while the query encodes; only the vector search waits for the vector.
 - ``TokenCounter`` counts the context's tokens line by line, memoised, where that gives
   the tokenizer's exact count: the budget loop re-counts the whole context per item.
 """
@@ -84,6 +86,13 @@ class QueryEncoder:
         self._pending: dict[str, asyncio.Future[np.ndarray]] = {}
         self._full: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+
+    def cached(self, text: str) -> np.ndarray | None:
+        """The text's vector if it is in the cache (no await: the caller's fast path)."""
+        hit = self._cache.get(text)
+        if hit is not None:
+            self._cache.move_to_end(text)
+        return hit
 
     async def encode(self, text: str) -> np.ndarray:
         hit = self._cache.get(text)
@@ -182,17 +191,26 @@ class Retriever:
     async def retrieve(self, tenant_id: str, request: RetrieveRequest) -> RetrieveResponse:
         started = time.perf_counter()
         user = request.user_id
-        vector = await self.queries.encode(request.query)
-        encoded_at = time.perf_counter()
+        # The reads that need no vector go while the query encodes (the encoder runs off
+        # the loop): the turn index's Redis round trip, the key lookup, the clusters.
+        turns_read = asyncio.ensure_future(self.turn_index.get(tenant_id, user))
+        vector = self.queries.cached(request.query)
+        try:
+            if vector is None:
+                encoding = asyncio.ensure_future(self.queries.encode(request.query))
+                try:
+                    keys, keyed, clusters = await self._unvectored(tenant_id, request)
+                finally:
+                    vector = await encoding
+            else:
+                keys, keyed, clusters = await self._unvectored(tenant_id, request)
+            encoded_at = time.perf_counter()
+            scored = await self.longterm.search(tenant_id, user, vector, request.top_k)
+            turns = await turns_read
+        finally:
+            if not turns_read.done():
+                turns_read.cancel()  # only when something above failed
         self.metrics.retrieval_latency.labels("encode").observe(encoded_at - started)
-
-        keys = lookup_keys(extract_entities(request.query))
-        turns, scored, keyed, clusters = await asyncio.gather(
-            self.turn_index.get(tenant_id, user),
-            self.longterm.search(tenant_id, user, vector, request.top_k),
-            self.longterm.find_by_keys(tenant_id, user, keys, request.top_k),
-            self._clusters(tenant_id, user),
-        )
         turn_vector = vector
         named = named_speakers(request.query, turns.speaker_names)
         if named:
@@ -247,6 +265,17 @@ class Retriever:
             if len(self._memory_texts) > 16_384:
                 self._memory_texts.pop(next(iter(self._memory_texts)))
         return text
+
+    async def _unvectored(
+        self, tenant_id: str, request: RetrieveRequest
+    ) -> tuple[list[str], list[ConsolidatedMemory], list[Cluster] | None]:
+        """The query's lookup keys, the memories they name, the user's clusters."""
+        keys = lookup_keys(extract_entities(request.query))
+        keyed, clusters = await asyncio.gather(
+            self.longterm.find_by_keys(tenant_id, request.user_id, keys, request.top_k),
+            self._clusters(tenant_id, request.user_id),
+        )
+        return keys, keyed, clusters
 
     async def _clusters(self, tenant_id: str, user: str) -> list[Cluster] | None:
         if self.short_term_mode == "flat":

@@ -6,13 +6,17 @@ Every stage reaches the broker through here, so the processors (``streams/``), t
 
 faust hard-codes ``fetch_max_wait_ms=1500``. Kafka answers a fetch as soon as data arrives,
 but Tansu (the embedded broker) holds every empty fetch for the full wait, which adds up to
-1.5 s per hop — three hops from a bot's event to a retrievable turn. ``ShortFetchTransport``
-makes the wait a setting: a short one costs an idle consumer a few small requests a second
-and makes every hop fast on either broker.
+1.5 s per hop — two hops from a bot's event to a retrievable turn. ``ShortFetchTransport``
+makes the wait a setting, short while the pipeline keeps up with its load and longer once
+the consumer is idle or a stage is backlogged: each hop of a pipeline that keeps up is fast
+on either broker, and an idle one sends a few small requests a second.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
@@ -29,8 +33,32 @@ from schemas import TOPICS
 # -- the consumer transport ---------------------------------------------------------------
 
 
+# The apps whose latency-bound stages (``take_ready``) have a full batch waiting: events
+# queue there anyway, so a short fetch wait would buy nothing (read by the consumer thread).
+_BACKLOGGED: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+
+
+def backlogged(app: Any) -> bool:
+    """Whether a ``take_ready`` stage of ``app`` has a full batch waiting for its consumer."""
+    return app is not None and bool(_BACKLOGGED.get(app))
+
+
 class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    fetch_max_wait_ms: ClassVar[int] = 100
+    """Fetches wait ``fetch_max_wait_ms`` while records flow and no stage is backlogged,
+    else ``fetch_idle_wait_ms``: idle (no records for ``IDLE_AFTER_S``) or backlogged (a
+    stage's next batch already full).
+
+    Each empty fetch costs the consumer thread and the broker ~1 ms here, one per wait:
+    10 ms all the time cost an idle stack ~0.15 core, and a full-load replay (the consumer
+    waiting on the encode stage most of the time) 2-4 CPU-ms per event (issue 14). So the
+    wait is short only when it decides the latency: a pipeline keeping up with its load.
+    The first event after a quiet spell waits at most the idle wait at its first hop.
+    """
+
+    fetch_max_wait_ms: ClassVar[int] = 10
+    fetch_idle_wait_ms: ClassVar[int] = 100
+    IDLE_AFTER_S: ClassVar[float] = 1.0
+    _records_at: float = 0.0
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -38,6 +66,27 @@ class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         assert hasattr(consumer, "_fetch_max_wait_ms"), "aiokafka changed: revisit fetch wait"
         consumer._fetch_max_wait_ms = self.fetch_max_wait_ms
         return consumer
+
+    async def _fetch_records(
+        self,
+        consumer: aiokafka.AIOKafkaConsumer,
+        active_partitions: Any,
+        timeout: float | None = None,  # noqa: ASYNC109 - faust's signature, overridden
+        max_records: int | None = None,
+    ) -> Any:
+        records = await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
+        now = time.monotonic()
+        if records:
+            self._records_at = now
+        idle = now - self._records_at > self.IDLE_AFTER_S or backlogged(getattr(self, "app", None))
+        # The fetcher builds each request from this (aiokafka 0.14's Fetcher): set here,
+        # in the consumer's thread, before the fetch this consumption wakes is sent.
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None:
+            fetcher._fetch_max_wait_ms = self.fetch_idle_wait_ms if idle else self.fetch_max_wait_ms
+        return records
 
 
 class ShortFetchConsumer(faust_aiokafka.Consumer):
@@ -83,6 +132,9 @@ def create_app(settings: Settings, *, app_id: str, broker_url: str) -> faust.App
     datadir = settings.data_dir / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
     ShortFetchConsumerThread.fetch_max_wait_ms = settings.kafka.fetch_max_wait_ms
+    ShortFetchConsumerThread.fetch_idle_wait_ms = max(
+        settings.kafka.fetch_idle_wait_ms, settings.kafka.fetch_max_wait_ms
+    )
     return MemstreamApp(
         app_id,
         broker=broker_url,
@@ -148,6 +200,79 @@ def take_events(
     return cast(faust.Stream[bytes], stream).take_events(size, within=within_s)
 
 
+async def take_ready(
+    stream: faust.StreamT[bytes], size: int, within_s: float
+) -> AsyncIterator[Sequence[EventT[bytes]]]:
+    """Batches of up to ``size`` events, handed over as soon as the consumer is free.
+
+    faust's ``take_events`` waits ``within_s`` for a batch to fill even when the stage is
+    idle (at half load that was most of an encode batch's latency), and buffers nothing
+    while its consumer works. Here events keep arriving into the next batch while the
+    consumer handles one, so batches form under load by themselves, and an idle stage
+    takes what has arrived at once: only the records of the same fetch still on their way
+    (a few loop turns, at most ``within_s``) join it. Acks are as in faust's: an event is
+    acknowledged once the consumer has finished the batch it was handed in (at least
+    once), never while a batch is in hand. Built on faust 0.15's stream internals
+    (``add_processor``, ``_enable_passive``, ``current_event``), as ``take_events`` is.
+    """
+    s = cast(faust.Stream[bytes], stream)
+    loop = asyncio.get_running_loop()
+    pending: list[EventT[bytes]] = []
+    backlog = _BACKLOGGED.setdefault(s.app, set())
+    arrived = asyncio.Event()
+    room = asyncio.Event()
+    room.set()
+
+    async def add(value: bytes) -> bytes:
+        event = s.current_event
+        if event is None:
+            raise RuntimeError("take_ready found current_event is None")
+        while len(pending) >= size:  # at most ``size``: the stream waits for the consumer
+            backlog.add(id(s))
+            room.clear()
+            await s.wait(room)  # type: ignore[arg-type]  # mode's Event, asyncio's works
+            if s.should_stop:
+                return value
+        pending.append(event)
+        arrived.set()
+        return value
+
+    enable_acks = s.enable_acks
+    s.enable_acks = False  # acked below, once the consumer has finished the batch
+    s.add_processor(add)
+    s._enable_passive(cast(faust.ChannelT[bytes], aiter(s.channel)))
+    try:
+        while not s.should_stop:
+            await s.wait_for_stopped(arrived, timeout=1.0)  # type: ignore[arg-type]
+            if not pending:
+                continue
+            deadline = loop.time() + within_s
+            while len(pending) < size and loop.time() < deadline:
+                before = len(pending)
+                for _ in range(_SETTLE_TURNS):
+                    await asyncio.sleep(0)
+                if len(pending) == before:
+                    break  # nothing more of this fetch is on its way
+            batch = pending[:]
+            pending.clear()
+            arrived.clear()
+            backlog.discard(id(s))
+            room.set()
+            try:
+                yield batch
+            finally:
+                for event in batch:
+                    await s.ack(event)
+    finally:
+        backlog.discard(id(s))
+        s.enable_acks = enable_acks
+        s._processors.remove(add)
+
+
+# Loop turns a fetched record may take from the consumer to ``take_ready``'s buffer.
+_SETTLE_TURNS = 3
+
+
 # -- the RPC's producer -------------------------------------------------------------------
 
 
@@ -169,7 +294,9 @@ class EventPublisher:
             bootstrap_servers=bootstrap_servers(broker_url),
             acks="all",
             enable_idempotence=False,
-            linger_ms=2,
+            # No linger: a bot's event goes out at once (a POST waited the 2 ms it was).
+            # Sends made while a request is in flight still go out as one batch.
+            linger_ms=0,
         )
 
     async def start(self) -> None:

@@ -228,6 +228,7 @@ class OnnxEncoder:
         self._wake = threading.Condition(self._lock)
         self._queues: dict[str, deque[_Request]] = {"query": deque(), "ingest": deque()}
         self._runner: threading.Thread | None = None
+        self._busy = False  # a Session.run is under way (the runner's, or a direct one)
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings) -> OnnxEncoder:
@@ -332,6 +333,9 @@ class OnnxEncoder:
             encodings, order, np.empty((len(texts), self.dim), np.float32), left=len(texts)
         )
         with self._wake:
+            if kind == "query" and self._idle_fit(request):
+                self._busy = True
+                return self._run_direct(request)
             self._queues[kind].append(request)
             if self._runner is None:
                 self._runner = threading.Thread(
@@ -341,6 +345,29 @@ class OnnxEncoder:
             else:
                 self._wake.notify()
         request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.out
+
+    def _idle_fit(self, request: _Request) -> bool:
+        """Nothing runs or waits, and the request fits one run (called with the lock)."""
+        if self._busy or self._queues["query"] or self._queues["ingest"]:
+            return False
+        widest = max(len(e.ids) for e in request.encodings)
+        n = len(request.order)
+        return n == 1 or (n <= self.batch_size and n * widest <= self.run_tokens)
+
+    def _run_direct(self, request: _Request) -> FloatArray:
+        """Run an idle encoder's query in the caller's thread (called with the lock, which
+        it releases for the run): a hand-off to the runner would only add two thread
+        wake-ups to the query's latency. The runner waits while ``_busy``."""
+        self._wake.release()
+        try:
+            self._run_chunk([(request, list(request.order))])
+        finally:
+            self._wake.acquire()
+            self._busy = False
+            self._wake.notify_all()
         if request.error is not None:
             raise request.error
         return request.out
@@ -376,13 +403,23 @@ class OnnxEncoder:
     def _run_loop(self) -> None:
         while True:
             with self._wake:
+                while self._busy:  # a caller runs its query itself (``_run_direct``)
+                    self._wake.wait()
                 if not (self._queues["query"] or self._queues["ingest"]):
                     self._wake.wait(_RUNNER_IDLE_S)
+                while self._busy:
+                    self._wake.wait()
                 if not (self._queues["query"] or self._queues["ingest"]):
                     self._runner = None  # a later encode starts a new one, under this lock
                     return
                 chunk = self._next_chunk()
-            self._run_chunk(chunk)
+                self._busy = True
+            try:
+                self._run_chunk(chunk)
+            finally:
+                with self._wake:
+                    self._busy = False
+                    self._wake.notify_all()
 
     def _run_chunk(self, chunk: list[tuple[_Request, list[int]]]) -> None:
         encodings = [request.encodings[i] for request, take in chunk for i in take]

@@ -5,11 +5,13 @@ module, never the other way round).
 Backends: `stores.qdrant_edge_store` (Qdrant Edge in-process, the embedded default) and
 `stores.qdrant_client_store` (qdrant-client against a server, or its `:memory:` local
 mode). Both store one point per memory, id = `memory_id`, with payload indexes on
-`PAYLOAD_INDEXES`. The payload is either the memory's structured JSON dump (the client
-backend: browsable in Qdrant's UI) or, compact, only the indexed fields plus the whole
-memory as one JSON string in `MEMORY_JSON_FIELD` (Edge: its bindings convert payloads
-value by value, so one string instead of a nested tree makes writes and reads several
-times faster). `from_payload` reads both forms. `tests/integration/
+`PAYLOAD_INDEXES`, and a float index on `DUE_FIELD` (every open action's due time,
+`memory.reminders.due_times`) that lets `due_between` read only the memories with something
+due instead of scanning them all. The payload is either the memory's structured JSON dump
+(the client backend: browsable in Qdrant's UI) or, compact, only the indexed fields plus
+the whole memory as one JSON string in `MEMORY_JSON_FIELD` (Edge: its bindings convert
+payloads value by value, so one string instead of a nested tree makes writes and reads
+several times faster). `from_payload` reads both forms. `tests/integration/
 test_longterm_contract.py` runs one contract suite against both and compares them.
 
 The same store holds the turn archive: every turn a user said, one point per turn (id =
@@ -24,10 +26,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from memory.reminders import due_times
 from schemas.memories import ConsolidatedMemory, StoredTurn
 
 # Fixed for the life of the project: changing it would orphan every stored memory id.
@@ -43,6 +47,15 @@ PAYLOAD_INDEXES: tuple[tuple[str, bool], ...] = (
 
 # The compact payload's copy of the whole memory (a JSON string, never indexed).
 MEMORY_JSON_FIELD = "memory_json"
+
+# The due times of a memory's open actions (epoch seconds, float-indexed; absent when none
+# has one). Derived from the memory on every write, never read back into it. A range
+# condition on it matches a memory when any one of its due times is in the range.
+DUE_FIELD = "due_ts"
+# The range `due_between` asks the index for is this much wider on each side than the one
+# it was given, so a datetime's float rounding can never drop a memory; the caller's exact
+# rule (`due_reminders`) decides what is due.
+DUE_SLACK_S = 1.0
 
 # Fixed too: the archive's point ids. Another namespace than memories', so a turn's id can
 # never equal a memory's.
@@ -102,8 +115,12 @@ class LongTermStore(Protocol):
       `dim` is a `ValueError`); it is idempotent. Reads before the collection exists see
       an empty store; writes before `ensure_collection` (on a store that does not exist
       yet) raise `RuntimeError`.
-    - `list_user`, `scan` and `find_by_keys` return memories in point-id order; `list_user`
-      and `scan` page with an opaque string offset, None after the last page.
+    - `list_user`, `scan`, `due_between` and `find_by_keys` return memories in point-id
+      order; `list_user`, `scan` and `due_between` page with an opaque string offset, None
+      after the last page.
+    - Every memory write (`upsert`, `upsert_bulk`, `rewrite`) stores `DUE_FIELD` derived
+      from the memory, so a re-dated or done action is re-indexed by that write;
+      `ensure_collection` fills it in once for memories stored before it existed.
     """
 
     async def ensure_collection(self, dim: int) -> None: ...
@@ -150,6 +167,15 @@ class LongTermStore(Protocol):
 
         For maintenance (decay, reminders), never for serving a user.
         """
+        ...
+
+    async def due_between(
+        self, since: datetime, until: datetime, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        """The memories of every tenant with an open action due in [since, until] (and
+        possibly a few due within `DUE_SLACK_S` of it), in point-id order, paged like
+        `scan`. Read through the `DUE_FIELD` index, not a scan; for the reminders worker,
+        which applies the exact rule to each."""
         ...
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
@@ -216,6 +242,29 @@ def check_page(limit: int, offset: str | None, method: str) -> None:
         raise ValueError("limit must be positive")
     if offset is not None and canonical_id(offset) is None:
         raise ValueError(f"not an offset from {method}: {offset!r}")
+
+
+def due_range(since: datetime, until: datetime) -> tuple[float, float]:
+    """The epoch-second bounds `due_between` filters `DUE_FIELD` on (widened by the slack)."""
+    if since > until:
+        raise ValueError("since must not be after until")
+    return since.timestamp() - DUE_SLACK_S, until.timestamp() + DUE_SLACK_S
+
+
+def with_due(memory: ConsolidatedMemory, payload: Payload) -> Payload:
+    """`payload` with the memory's `DUE_FIELD` (left out when no action has a due time)."""
+    times = due_times(memory)
+    if times:
+        payload[DUE_FIELD] = times
+    return payload
+
+
+def missing_due(payload: Payload | None) -> list[float]:
+    """The due times to fill in on a point stored before `DUE_FIELD` existed (none when
+    it has the field already, or nothing is due)."""
+    if payload is None or DUE_FIELD in payload:
+        return []
+    return due_times(from_payload(payload))
 
 
 def as_vector(vector: np.ndarray, dim: int | None) -> list[float]:
@@ -294,19 +343,20 @@ def turn_from_payload(payload: Payload | None) -> ArchivedTurn:
 
 
 def to_payload(memory: ConsolidatedMemory) -> Payload:
-    """The structured payload: every field of the memory as JSON values."""
-    return memory.model_dump(mode="json")
+    """The structured payload: every field of the memory as JSON values (and its due times)."""
+    return with_due(memory, memory.model_dump(mode="json"))
 
 
 def to_compact_payload(memory: ConsolidatedMemory) -> Payload:
     """The indexed fields as values, the whole memory as one JSON string beside them."""
-    return {
+    payload: Payload = {
         "tenant_id": memory.tenant_id,
         "user_id": memory.user_id,
         "key": memory.key,
         "keys": list(memory.keys),
         MEMORY_JSON_FIELD: memory.model_dump_json(),
     }
+    return with_due(memory, payload)
 
 
 def from_payload(payload: Payload | None) -> ConsolidatedMemory:
@@ -315,7 +365,9 @@ def from_payload(payload: Payload | None) -> ConsolidatedMemory:
         dumped = payload.get(MEMORY_JSON_FIELD)
         if isinstance(dumped, str):
             return ConsolidatedMemory.model_validate_json(dumped)
-    return ConsolidatedMemory.model_validate(payload or {})
+    # The index field is the store's, not the memory's (which forbids unknown fields).
+    fields = {k: v for k, v in (payload or {}).items() if k != DUE_FIELD}
+    return ConsolidatedMemory.model_validate(fields)
 
 
 def owned_by(payload: Payload | None, tenant_id: str, user_id: str) -> bool:

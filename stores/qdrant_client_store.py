@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from datetime import datetime
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
+    DUE_FIELD,
     PAYLOAD_INDEXES,
     TURN_PAYLOAD_INDEXES,
     ArchivedTurn,
@@ -25,7 +27,9 @@ from stores.longterm import (
     as_vector,
     canonical_id,
     check_page,
+    due_range,
     from_payload,
+    missing_due,
     owned_by,
     prepare_points,
     prepare_turn_points,
@@ -79,6 +83,7 @@ class QdrantClientStore(LongTermStore):
         self._dim = dim
         await self._ensure_indexes(self.collection, PAYLOAD_INDEXES)
         await self._ensure_indexes(self.turns_collection, TURN_PAYLOAD_INDEXES)
+        await self._index_due()
 
     async def _create(self, name: str, dim: int) -> None:
         if not await self._client.collection_exists(name):
@@ -229,6 +234,24 @@ class QdrantClientStore(LongTermStore):
         )
         return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
 
+    async def due_between(
+        self, since: datetime, until: datetime, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        check_page(limit, offset, "due_between")
+        low, high = due_range(since, until)
+        if not await self._ready():
+            return [], None
+        due = models.FieldCondition(key=DUE_FIELD, range=models.Range(gte=low, lte=high))
+        records, next_id = await self._client.scroll(
+            self.collection,
+            scroll_filter=models.Filter(must=[due]),
+            limit=limit,
+            offset=offset,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+
     async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
         if not await self._ready():
             return 0
@@ -355,6 +378,40 @@ class QdrantClientStore(LongTermStore):
         if not isinstance(vectors, models.VectorParams):
             raise ValueError(f"collection {name} does not have one unnamed dense vector")
         return vectors.size
+
+    async def _index_due(self) -> None:
+        """Index `DUE_FIELD`, filling it in first on memories stored before it existed.
+
+        The index is created last, so it marks a finished backfill (a crash midway
+        backfills again next time). Local mode records no indexes, so there it runs on every
+        call: a scan of a test-sized collection."""
+        info = await self._client.get_collection(self.collection)
+        if DUE_FIELD in info.payload_schema:
+            return
+        offset: models.ExtendedPointId | None = None
+        while True:
+            records, offset = await self._client.scroll(
+                self.collection, limit=1024, offset=offset, with_payload=True, with_vectors=False
+            )
+            fills = [
+                models.SetPayloadOperation(
+                    set_payload=models.SetPayload(payload={DUE_FIELD: times}, points=[r.id])
+                )
+                for r in records
+                if (times := missing_due(r.payload))
+            ]
+            if fills:
+                await self._client.batch_update_points(self.collection, fills, wait=True)
+            if offset is None:
+                break
+        with warnings.catch_warnings():
+            if self.local:
+                warnings.filterwarnings(
+                    "ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning
+                )
+            await self._client.create_payload_index(
+                self.collection, DUE_FIELD, models.PayloadSchemaType.FLOAT, wait=True
+            )
 
     async def _ensure_indexes(self, name: str, indexes: tuple[tuple[str, bool], ...]) -> None:
         info = await self._client.get_collection(name)

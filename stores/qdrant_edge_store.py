@@ -18,6 +18,9 @@ loop), so they are called directly: a user-filtered top-10 over a few hundred po
 takes ~0.3 ms; bulk writes are cut into batches with a yield between them.
 `upsert_bulk` is the fast path for loading many memories at once (rebuilds, benchmarks).
 
+`search` and `find_by_keys` memoise parsed memories by their stored JSON (the same few
+memories come back query after query).
+
 One process at a time may open a shard directory (Edge locks its WAL).
 """
 
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +44,7 @@ from qdrant_edge import (
     EdgeVectorParams,
     FieldCondition,
     Filter,
+    FloatIndexParams,
     HnswIndexConfig,
     KeywordIndexParams,
     MatchAny,
@@ -47,12 +53,15 @@ from qdrant_edge import (
     Point,
     Query,
     QueryRequest,
+    RangeFloat,
     ScrollRequest,
     UpdateOperation,
 )
 
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
+    DUE_FIELD,
+    MEMORY_JSON_FIELD,
     PAYLOAD_INDEXES,
     TURN_PAYLOAD_INDEXES,
     ArchivedTurn,
@@ -61,7 +70,9 @@ from stores.longterm import (
     as_vector,
     canonical_id,
     check_page,
+    due_range,
     from_payload,
+    missing_due,
     owned_by,
     prepare_points,
     prepare_turn_points,
@@ -81,6 +92,7 @@ MAX_SEGMENT_KB = 32_000
 # a 10k-memory user's filtered search runs ~2x faster than grouped by tenant. (Shards
 # created before keep their indexes as they were: correct, just slower.)
 TENANT_FIELD = "user_id"
+PARSED_MEMORIES = 1024  # memories kept parsed, keyed by their stored JSON (~5 MB)
 
 
 def turns_path(path: Path) -> Path:
@@ -251,6 +263,7 @@ class QdrantEdgeStore(LongTermStore):
     ) -> None:
         self.path = Path(path)
         self._batch_size = batch_size
+        self._parsed: OrderedDict[str, ConsolidatedMemory] = OrderedDict()
         self._memories = _Shard(
             self.path,
             [name for name, _ in PAYLOAD_INDEXES],
@@ -275,8 +288,36 @@ class QdrantEdgeStore(LongTermStore):
     # --- lifecycle -----------------------------------------------------------------
 
     async def ensure_collection(self, dim: int) -> None:
-        self._memories.ensure(dim)
+        await self._index_due(self._memories.ensure(dim))
         self._archive.ensure(dim)
+
+    async def _index_due(self, shard: EdgeShard) -> None:
+        """Index `DUE_FIELD`, filling it in first on memories stored before it existed.
+
+        The index is created last, so it marks a finished backfill: a crash midway
+        backfills again on the next open (the writes are idempotent). One pass over the
+        shard, once per store (~the cost of one old-style reminders scan)."""
+        if DUE_FIELD in shard.info().payload_schema:
+            return
+        filled = 0
+        offset: PointId | None = None
+        while True:
+            records, offset = shard.scroll(
+                ScrollRequest(offset=offset, limit=1024, with_payload=True, with_vector=False)
+            )
+            for record in records:
+                times = missing_due(record.payload)
+                if times:
+                    shard.update(UpdateOperation.set_payload([record.id], {DUE_FIELD: times}))
+                    filled += 1
+            if offset is None:
+                break
+            await asyncio.sleep(0)
+        # Cold like the keyword indexes: read through mmap, not held in RAM.
+        shard.update(
+            UpdateOperation.create_field_index(DUE_FIELD, FloatIndexParams(memory=Memory.Cold))
+        )
+        self._changed(shard, filled)
 
     async def ping(self) -> bool:
         try:
@@ -404,7 +445,23 @@ class QdrantEdgeStore(LongTermStore):
             )
         )
         # Cosine: Edge normalises stored vectors, so the score is already the similarity.
-        return [ScoredMemory(from_payload(h.payload), float(h.score)) for h in hits]
+        return [ScoredMemory(self._memory(h.payload), float(h.score)) for h in hits]
+
+    def _memory(self, payload: dict[str, Any] | None) -> ConsolidatedMemory:
+        """``from_payload``, memoised by the stored JSON (the same few memories come back
+        query after query, and parsing one costs ~25 us; the models are frozen)."""
+        dumped = payload.get(MEMORY_JSON_FIELD) if payload is not None else None
+        if not isinstance(dumped, str):
+            return from_payload(payload)
+        memory = self._parsed.get(dumped)
+        if memory is None:
+            memory = from_payload(payload)
+            self._parsed[dumped] = memory
+            if len(self._parsed) > PARSED_MEMORIES:
+                self._parsed.popitem(last=False)
+        else:
+            self._parsed.move_to_end(dumped)
+        return memory
 
     async def find_by_keys(
         self, tenant_id: str, user_id: str, keys: Sequence[str], limit: int
@@ -419,7 +476,7 @@ class QdrantEdgeStore(LongTermStore):
                 limit=limit, filter=Filter(must=conditions), with_payload=True, with_vector=False
             )
         )
-        return [from_payload(r.payload) for r in records]
+        return [self._memory(r.payload) for r in records]
 
     async def list_user(
         self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
@@ -437,6 +494,26 @@ class QdrantEdgeStore(LongTermStore):
             return [], None
         records, next_id = shard.scroll(
             ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=False)
+        )
+        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+
+    async def due_between(
+        self, since: datetime, until: datetime, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        check_page(limit, offset, "due_between")
+        low, high = due_range(since, until)
+        shard = self._open_existing()
+        if shard is None:
+            return [], None
+        due = FieldCondition(DUE_FIELD, range=RangeFloat(gte=low, lte=high))
+        records, next_id = shard.scroll(
+            ScrollRequest(
+                offset=offset,
+                limit=limit,
+                filter=Filter(must=[due]),
+                with_payload=True,
+                with_vector=False,
+            )
         )
         return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
 

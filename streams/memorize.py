@@ -85,22 +85,6 @@ class Memorizer:
     # no LLM latency and the same log always gives the same clusters.
     embed: Callable[[Sequence[str]], np.ndarray] | None = field(default=None, repr=False)
 
-    # -- one event (unit tests, tools) -----------------------------------------------------
-
-    async def decide(self, encoded: EncodedEvent) -> Decision | None:
-        """What this event changes, or None when it was already processed (or its user was
-        forgotten after it was stamped). Writes nothing."""
-        [snapshot] = await self.state.load_users([_read_of([encoded])])
-        if _skipped(snapshot, encoded) is not None:
-            return None
-        return await self._decide(snapshot, encoded, await self._vectors(snapshot, encoded))
-
-    async def apply(self, decision: Decision) -> None:
-        """Write what ``decide`` decided; call once its triggers are delivered."""
-        await self.state.apply_users(
-            [UserWrite(decision.tenant_id, decision.user_id, (decision.update,))]
-        )
-
     # -- a batch -------------------------------------------------------------------------
 
     async def memorize(
@@ -145,8 +129,9 @@ class Memorizer:
             if skipped is not None:
                 results.append((item, skipped))
                 continue
+            vector = _unit(item.value)  # once per event: both steps below read it
             try:
-                needed = self._needed(snapshot, item.value)
+                needed = self._needed(snapshot, item.value, vector)
             except Exception as exc:  # this event is poison; the state goes on without it
                 results.append((item, exc))
                 continue
@@ -161,7 +146,7 @@ class Memorizer:
                 vectors = (
                     await retry(partial(self._member_vectors, item.value, needed)) if needed else {}
                 )
-                decision = await self._decide(snapshot, item.value, vectors, retry)
+                decision = await self._decide(snapshot, item.value, vector, vectors, retry)
             except Exception as exc:  # this event is poison; the state goes on without it
                 results.append((item, exc))
                 continue
@@ -170,16 +155,12 @@ class Memorizer:
             snapshot = snapshot_after(snapshot, decision.update)
         return results, pending
 
-    def _needed(self, snapshot: UserSnapshot, encoded: EncodedEvent) -> list[str]:
+    def _needed(
+        self, snapshot: UserSnapshot, encoded: EncodedEvent, vector: np.ndarray
+    ) -> list[str]:
         clusters = snapshot.clusters or ClusterState.empty(self.cluster_params)
-        memory = memory_in(encoded.event, _unit(encoded))
+        memory = memory_in(encoded.event, vector)
         return vectors_needed(clusters, memory, self.cluster_params)
-
-    async def _vectors(
-        self, snapshot: UserSnapshot, encoded: EncodedEvent
-    ) -> dict[str, np.ndarray]:
-        needed = self._needed(snapshot, encoded)
-        return await self._member_vectors(encoded, needed) if needed else {}
 
     async def _member_vectors(
         self, encoded: EncodedEvent, needed: list[str]
@@ -191,13 +172,13 @@ class Memorizer:
         self,
         snapshot: UserSnapshot,
         encoded: EncodedEvent,
+        vector: np.ndarray,
         vectors: dict[str, np.ndarray],
-        retry: Retry = once,
+        retry: Retry,
     ) -> Decision:
-        """``memory.memorize``'s pure ``decide_event`` on what was read; only new cluster
-        descriptions are embedded after it."""
+        """``memory.memorize``'s pure ``decide_event`` on what was read (``vector``: the
+        event's unit embedding); only new cluster descriptions are embedded after it."""
         event = encoded.event
-        vector = _unit(encoded)
         plan = decide_event(
             event,
             vector,
@@ -338,6 +319,7 @@ def register_memorize(
         agent="memstream.memorize",
         batch_size=batch_size,
         within_s=within_s,
+        eager=True,  # a batch decides what its events decide one by one: no reason to wait
     )
 
 

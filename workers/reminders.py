@@ -1,9 +1,12 @@
 """Reminders in the consolidate role: open actions that fell due, emitted once each.
 
-Periodically every memory is scanned; for each open action due now (``memory.reminders``)
-the worker claims the reminder's marker in Redis (SET NX), sends it to
-``memstream.reminders`` and waits for delivery; a failed send releases the marker so the
-next run retries. A claimed reminder is never sent again, whatever the number of runs.
+Periodically the memories with an open action due in the reminder window (``now - max_late``
+to ``now``) are read through the store's due-time index (``LongTermStore.due_between``: a
+pass touches only those, not every memory); for each open action due now
+(``memory.reminders.due_reminders``, the one rule) the worker claims the reminder's marker
+in Redis (SET NX), sends it to ``memstream.reminders`` and waits for delivery; a failed
+send releases the marker so the next run retries. A claimed reminder is never sent again,
+whatever the number of runs.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ class ReminderWorker:
         sent = 0
         offset: str | None = None
         while True:
-            page, offset = await self.longterm.scan(SCAN_PAGE, offset)
+            page, offset = await self.longterm.due_between(
+                now - self.max_late, now, SCAN_PAGE, offset
+            )
             for memory in page:
                 for reminder in due_reminders(memory, now, self.max_late):
                     tenant, user = reminder.tenant_id, reminder.user_id

@@ -46,7 +46,8 @@ from stores.encoder import OnnxEncoder
 from stores.longterm import ArchivedTurn, memory_point_id
 from stores.qdrant_edge_store import QdrantEdgeStore
 from stores.redis_state import RedisState, UserUpdate
-from streams.memorize import Memorizer
+from stores.stage import Received
+from streams.memorize import Decision, Memorizer
 
 pytestmark = pytest.mark.integration
 
@@ -242,10 +243,16 @@ async def test_forget_leaves_no_residue_and_in_flight_events_stay_forgotten(api:
     )
     vector = api.encoder.encode([late.text])[0].tolist()
     encoded = EncodedEvent(event=late, embedding=vector, model_id="test")
-    assert await memorizer.decide(encoded) is None
+
+    async def deliver(decided: object) -> None:
+        return None
+
+    [(_, dropped)] = await memorizer.memorize([[Received(encoded, None, b"")]], deliver)
+    assert dropped == "forgotten"
     newer = late.model_copy(update={"event_id": "new-1", "ts": gone.forgotten_at + timedelta(1)})
     new = EncodedEvent(event=newer, embedding=vector, model_id="test")
-    assert await memorizer.decide(new) is not None  # a new conversation is remembered again
+    [(_, kept)] = await memorizer.memorize([[Received(new, None, b"")]], deliver)
+    assert isinstance(kept, Decision)  # a new conversation is remembered again
 
     # The control event that makes every processor drop the user's in-flight data.
     commands = [Control.model_validate_json(v) for v in await _read(api, "control", 1)]

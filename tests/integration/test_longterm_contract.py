@@ -14,17 +14,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from qdrant_client import models
+from qdrant_edge import Point, UpdateOperation
 
 from memstream.settings import QdrantSettings
 from memstream.wiring import open_longterm
-from schemas.memories import ConsolidatedMemory, Fact, HistoryEntry, StoredTurn, TimelineEntry
+from schemas.memories import (
+    ConsolidatedMemory,
+    Fact,
+    HistoryEntry,
+    OpenAction,
+    StoredTurn,
+    TimelineEntry,
+)
 from stores.longterm import (
+    DUE_FIELD,
     ArchivedTurn,
     LongTermStore,
     as_float16,
     memory_point_id,
+    to_payload,
     turn_point_id,
 )
+from stores.qdrant_client_store import QdrantClientStore
 from stores.qdrant_edge_store import QdrantEdgeStore
 
 DIM = 16
@@ -335,6 +347,120 @@ async def test_delete_user_removes_only_that_user(store: LongTermStore) -> None:
     assert await store.delete_user("acme", "u2") == 0
 
 
+# --- due times: the reminders worker's index ----------------------------------------
+
+
+def with_actions(memory: ConsolidatedMemory, *dues: datetime | None) -> ConsolidatedMemory:
+    actions = [OpenAction(text=f"action {i}", due=due) for i, due in enumerate(dues)]
+    return memory.model_copy(update={"open_actions": actions})
+
+
+async def all_due(
+    store: LongTermStore, since: datetime, until: datetime, page: int = 2
+) -> list[ConsolidatedMemory]:
+    found: list[ConsolidatedMemory] = []
+    offset: str | None = None
+    while True:
+        batch, offset = await store.due_between(since, until, page, offset)
+        found.extend(batch)
+        if offset is None:
+            return found
+
+
+async def seed_due(store: LongTermStore) -> dict[str, ConsolidatedMemory]:
+    """Memories of several owners with actions due around T0 (hours from T0)."""
+    h = timedelta(hours=1)
+    seeded = {
+        "now": with_actions(memory_factory("acme", "u1", "k:now"), T0),
+        "undated": with_actions(memory_factory("acme", "u1", "k:undated"), None),
+        "none": memory_factory("acme", "u2", "k:none"),
+        "later": with_actions(memory_factory("globex", "u1", "k:later"), T0 + 5 * h),
+        # The first action is long past, the second one due now: it is still found.
+        "old_then_now": with_actions(
+            memory_factory("initech", "u3", "k:old"), T0 - 100 * h, T0 - h, None
+        ),
+        "edge_low": with_actions(memory_factory("globex", "u2", "k:low"), T0 - 2 * h),
+        "past": with_actions(memory_factory("acme", "u3", "k:past"), T0 - 50 * h),
+    }
+    rng = np.random.default_rng(17)
+    await store.upsert([(m, v) for m, v in zip(seeded.values(), unit_vectors(rng, 7), strict=True)])
+    return seeded
+
+
+async def test_due_between_finds_only_memories_with_an_action_in_the_window(
+    store: LongTermStore,
+) -> None:
+    seeded = await seed_due(store)
+    h = timedelta(hours=1)
+    found = await all_due(store, T0 - 2 * h, T0)
+    assert sorted(m.memory_id for m in found) == sorted(
+        seeded[k].memory_id for k in ("now", "old_then_now", "edge_low")
+    )
+    assert [m.memory_id for m in found] == sorted((m.memory_id for m in found), key=uuid.UUID)
+    assert seeded["now"] in found  # the whole memory, as stored
+    assert [m.key for m in await all_due(store, T0 + 4 * h, T0 + 6 * h)] == ["k:later"]
+    assert await all_due(store, T0 + 6 * h, T0 + 90 * h) == []
+    dated = {seeded[k].memory_id for k in ("now", "later", "old_then_now", "edge_low", "past")}
+    assert {m.memory_id for m in await all_due(store, T0 - 200 * h, T0 + 10 * h, 100)} == dated
+    first, offset = await store.due_between(T0 - 200 * h, T0 + 10 * h, 4)
+    assert len(first) == 4
+    assert offset is not None
+    with pytest.raises(ValueError, match="offset"):
+        await store.due_between(T0 - h, T0, 3, "page-2")
+    with pytest.raises(ValueError, match="since"):
+        await store.due_between(T0, T0 - h, 3)
+
+
+async def test_due_between_follows_every_write(store: LongTermStore) -> None:
+    seeded = await seed_due(store)
+    h = timedelta(hours=1)
+    vector = unit_vectors(np.random.default_rng(18), 1)[0]
+    # Re-dated: the action moves from now to tomorrow; done: the action is no longer open.
+    redated = with_actions(seeded["now"], T0 + 24 * h)
+    done = with_actions(seeded["old_then_now"], T0 - 100 * h)
+    await store.upsert([(redated, vector), (done, vector)])
+    assert [m.key for m in await all_due(store, T0 - h, T0)] == []
+    assert await all_due(store, T0 + 23 * h, T0 + 25 * h) == [redated]
+    # A new action on a memory that had none, and a rewrite (strength) keeps the index.
+    dated = with_actions(seeded["none"], T0 + 30 * h)
+    await store.upsert([(dated, vector)])
+    stronger = dated.model_copy(update={"strength": 2.5})
+    assert await store.rewrite([stronger]) == 1
+    assert await all_due(store, T0 + 29 * h, T0 + 31 * h) == [stronger]
+    await store.delete_user("acme", "u2")
+    assert await all_due(store, T0 + 29 * h, T0 + 31 * h) == []
+
+
+async def write_without_due(store: LongTermStore, memory: ConsolidatedMemory) -> None:
+    """A point as the store wrote it before `DUE_FIELD` existed, index gone as well."""
+    vector = unit_vectors(np.random.default_rng(19), 1)[0].tolist()
+    payload = {k: v for k, v in to_payload(memory).items() if k != DUE_FIELD}
+    if isinstance(store, QdrantEdgeStore):
+        shard = store._shard
+        assert shard is not None
+        shard.update(UpdateOperation.delete_field_index(DUE_FIELD))
+        shard.update(UpdateOperation.upsert_points([Point(memory.memory_id, vector, payload)]))
+    else:
+        assert isinstance(store, QdrantClientStore)
+        point = models.PointStruct(id=memory.memory_id, vector=vector, payload=payload)
+        await store._client.upsert(store.collection, [point], wait=True)
+
+
+async def test_ensure_collection_fills_in_due_times_of_older_memories(
+    store: LongTermStore,
+) -> None:
+    seeded = await seed_due(store)
+    h = timedelta(hours=1)
+    legacy = with_actions(memory_factory("acme", "u9", "k:legacy"), T0 - h)
+    await write_without_due(store, legacy)
+    assert legacy not in await all_due(store, T0 - 2 * h, T0)
+    await store.ensure_collection(DIM)
+    found = await all_due(store, T0 - 2 * h, T0)
+    assert sorted(m.key for m in found) == ["k:legacy", "k:low", "k:now", "k:old"]
+    assert await store.get("acme", "u9", legacy.memory_id) == legacy
+    assert seeded["later"] in await all_due(store, T0 + 4 * h, T0 + 6 * h)
+
+
 # --- the turn archive ----------------------------------------------------------------
 
 
@@ -512,6 +638,10 @@ async def test_backends_agree(store_factory: Callable[[str], LongTermStore]) -> 
                 tenant, user, keys, 10
             )
         assert await edge.count(tenant) == await client.count(tenant)
+    for opened in (edge, client):
+        await seed_due(opened)
+    window = (T0 - timedelta(hours=3), T0 + timedelta(hours=6), 3)
+    assert await edge.due_between(*window) == await client.due_between(*window)
     assert await edge.delete_user("globex", "u1") == await client.delete_user("globex", "u1")
     assert await edge.count() == await client.count()
 

@@ -3,6 +3,9 @@ and qdrant-client's in-process ``:memory:`` store. No server, no model."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,8 +24,9 @@ from schemas import (
     RetrieveResponse,
     StoredTurn,
 )
-from stores.fakes import FakeShortTermState
+from stores.fakes import FakeShortTermState, HashEncoder
 from stores.longterm import LongTermStore, memory_point_id
+from stores.text_encoder import FloatArray
 from tests.unit.over_fakes import ENCODER, put_hot
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
@@ -169,3 +173,47 @@ async def test_recency_is_measured_from_the_users_newest_event(
         TENANT, RetrieveRequest(user_id=USER, query=query, now=T0 + timedelta(days=3))
     )
     assert [(i.id, i.score) for i in own.items] == [(i.id, i.score) for i in pinned.items]
+
+
+class _WaitingEncoder(HashEncoder):
+    """Encodes only once the turn index has asked for the user's version (or 5 s passed)."""
+
+    def __init__(self, asked: threading.Event) -> None:
+        super().__init__(dim=ENCODER.dim)
+        self.asked = asked
+        self.overlapped: list[bool] = []
+        self.fail = False
+
+    def encode(
+        self, texts: Sequence[str], *, query: bool = False, cache: bool = False
+    ) -> FloatArray:
+        self.overlapped.append(self.asked.wait(5))
+        if self.fail:
+            raise RuntimeError("encoder down")
+        return super().encode(texts, query=query, cache=cache)
+
+
+async def test_the_reads_that_need_no_vector_run_while_the_query_encodes(
+    state: FakeShortTermState, longterm: LongTermStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = threading.Event()
+    real = state.turns_state
+
+    async def turns_state(tenant_id: str, user_id: str) -> tuple[bytes | None, int]:
+        asked.set()
+        return await real(tenant_id, user_id)
+
+    monkeypatch.setattr(state, "turns_state", turns_state)
+    encoder = _WaitingEncoder(asked)
+    r = retriever(state, longterm)
+    r.queries = QueryEncoder(encoder)
+    got = await r.retrieve(TENANT, RetrieveRequest(user_id=USER, query="cracked blender jug"))
+    assert encoder.overlapped == [True]  # the Redis read went while the encoder ran
+    assert best(got).id == "e1"
+    asked.clear()
+    encoder.fail = True
+    with pytest.raises(RuntimeError, match="encoder down"):
+        await r.retrieve(TENANT, RetrieveRequest(user_id=USER, query="another question"))
+    await asyncio.sleep(0)
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert all(t.done() for t in pending)  # nothing of the failed retrieval left running

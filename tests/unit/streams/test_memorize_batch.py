@@ -102,10 +102,9 @@ async def one_by_one(
     state = FakeShortTermState()
     m = memorizer(state, params)
     decisions = {}
-    for it in items:
-        d = await m.decide(it.value)
-        assert d is not None
-        await m.apply(d)
+    for it in items:  # each event alone through the batch path: the one-by-one reference
+        [(_, d)] = await m.memorize([[it]], Delivered(state))
+        assert isinstance(d, Decision), d
         decisions[it.value.event.event_id] = d
     return state, decisions
 

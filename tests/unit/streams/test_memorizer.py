@@ -1,15 +1,17 @@
-"""memorize's decision handler (``Memorizer.decide`` / ``apply``) over the short-term state
-fake: what one event changes, duplicates and forgotten users, recurrence triggers."""
+"""memorize's handler (``Memorizer.memorize``) on one event at a time over the short-term
+state fake: what one event changes, duplicates and forgotten users, recurrence triggers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from memory.clustering import ClusterParams
 from memory.recurrence import RecurrenceParams
 from schemas import EncodedEvent, EventMetadata, InteractionEvent
 from stores.fakes import FakeShortTermState
-from streams.memorize import Decision, Memorizer
+from stores.stage import Received
+from streams.memorize import Decision, Memorizer, Skipped
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -45,12 +47,33 @@ def memorizer(state: FakeShortTermState) -> Memorizer:
     )
 
 
+class Delivered:
+    """The deliver callback: what was delivered, and how many writes had been applied then."""
+
+    def __init__(self, state: FakeShortTermState) -> None:
+        self.state = state
+        self.applied_at: list[int] = []
+
+    async def __call__(self, decided: Sequence[tuple[Received[EncodedEvent], Decision]]) -> None:
+        if decided:
+            self.applied_at.append(self.state.applied)
+
+
+async def memorize_one(
+    m: Memorizer, encoded: EncodedEvent, deliver: Delivered | None = None
+) -> Decision | Skipped:
+    """One event through the batch path alone: decided, delivered, written."""
+    deliver = deliver or Delivered(FakeShortTermState())
+    [(_, result)] = await m.memorize([[Received(encoded, None, b"")]], deliver)
+    assert not isinstance(result, Exception), result
+    return result
+
+
 async def feed(m: Memorizer, texts: list[str]) -> list[Decision]:
     decisions = []
     for i, text in enumerate(texts):
-        d = await m.decide(event(i, text))
-        assert d is not None
-        await m.apply(d)
+        d = await memorize_one(m, event(i, text))
+        assert isinstance(d, Decision)
         decisions.append(d)
     return decisions
 
@@ -58,21 +81,22 @@ async def feed(m: Memorizer, texts: list[str]) -> list[Decision]:
 async def test_one_event_is_one_turn_written_and_marked_processed() -> None:
     state = FakeShortTermState()
     m = memorizer(state)
-    d = await m.decide(event(0, ORDER_TALK[0]))
-    assert d is not None
+    delivered = Delivered(state)
+    d = await memorize_one(m, event(0, ORDER_TALK[0]), delivered)
+    assert isinstance(d, Decision)
     assert (d.tenant_id, d.user_id, d.triggers) == (TENANT, USER, [])
     assert d.update.turn.event_id == "e0"
     assert d.update.turn.entities == ["order:A-10293"]
     assert d.update.turn.ts == T0
     assert d.update.pending_add is not None  # salient: enters the recurrence window
-    assert state.applied == 0  # deciding writes nothing
-    await m.apply(d)
+    assert delivered.applied_at == [0]  # delivered before anything was written
     assert state.applied == 1
     assert await state.timeline_ids(TENANT, USER) == ["e0"]
     [stored] = await state.turns(TENANT, USER, ["e0"])
     assert stored.turn == d.update.turn
     assert [p.event_id for p in (await state.load_user(TENANT, USER, "e1")).pending] == ["e0"]
-    assert await m.decide(event(0, ORDER_TALK[0])) is None  # a redelivery is a duplicate
+    assert await memorize_one(m, event(0, ORDER_TALK[0])) == "duplicate"  # a redelivery
+    assert state.applied == 1  # ... writes nothing
 
 
 async def test_the_third_mention_of_an_order_triggers_its_consolidation() -> None:
@@ -99,21 +123,21 @@ async def test_events_stamped_before_a_forget_are_dropped() -> None:
     state = FakeShortTermState()
     m = memorizer(state)
     await state.mark_forgotten(TENANT, USER, (T0 + timedelta(hours=1)).timestamp())
-    assert await m.decide(event(0, ORDER_TALK[0])) is None
-    assert await m.decide(event(1, ORDER_TALK[1])) is None  # at the tombstone: dropped too
-    later = await m.decide(event(2, ORDER_TALK[2]))
-    assert later is not None
+    assert await memorize_one(m, event(0, ORDER_TALK[0])) == "forgotten"
+    assert await memorize_one(m, event(1, ORDER_TALK[1])) == "forgotten"  # at the tombstone
+    assert state.applied == 0  # dropped: nothing written
+    later = await memorize_one(m, event(2, ORDER_TALK[2]))
+    assert isinstance(later, Decision)
     assert later.update.turn.event_id == "e2"
-    assert state.applied == 0
+    assert await state.timeline_ids(TENANT, USER) == ["e2"]
 
 
 async def test_a_pinned_turn_is_kept_pinned() -> None:
     state = FakeShortTermState()
     m = memorizer(state)
-    d = await m.decide(event(0, "My flat's door code is 4417", pin=True))
-    assert d is not None
+    d = await memorize_one(m, event(0, "My flat's door code is 4417", pin=True))
+    assert isinstance(d, Decision)
     assert d.update.turn.pinned
-    await m.apply(d)
     [stored] = await state.turns(TENANT, USER, ["e0"])
     assert stored.turn.pinned
 
@@ -122,7 +146,8 @@ async def test_users_are_decided_apart() -> None:
     state = FakeShortTermState()
     m = memorizer(state)
     await feed(m, ORDER_TALK[:3])
-    d = await m.decide(event(3, ORDER_TALK[3], user="u2"))
-    assert d is not None
+    d = await memorize_one(m, event(3, ORDER_TALK[3], user="u2"))
+    assert isinstance(d, Decision)
     assert d.triggers == []
-    assert (await state.load_user(TENANT, "u2", "e3")).pending == []
+    pending = (await state.load_user(TENANT, "u2", "e4")).pending
+    assert [p.event_id for p in pending] == ["e3"]  # its own turn only, none of u1's
