@@ -10,6 +10,7 @@ memstream's own.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import uuid
@@ -107,6 +108,10 @@ class Memstream(launch.Process):
         cpus: Sequence[int] | None = None,
     ) -> None:
         roles = launch.ROLE_SETS[command]
+        # Every run starts on an empty data dir: an Edge store left by an earlier run holds
+        # that run's memories, and consolidating the same log again would find nothing new
+        # (no LLM calls, a faster pipeline than a fresh deployment's).
+        shutil.rmtree(data_dir, ignore_errors=True)
         self.cpus = tuple(cpus) if cpus else ()
         self._scraper: httpx.Client | None = None
         self.services = services
