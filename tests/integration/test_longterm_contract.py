@@ -8,9 +8,10 @@ they answer alike, so neither engine drifts from the other unnoticed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -355,16 +356,26 @@ def with_actions(memory: ConsolidatedMemory, *dues: datetime | None) -> Consolid
     return memory.model_copy(update={"open_actions": actions})
 
 
-async def all_due(
-    store: LongTermStore, since: datetime, until: datetime, page: int = 2
-) -> list[ConsolidatedMemory]:
-    found: list[ConsolidatedMemory] = []
+Item = TypeVar("Item")
+
+
+async def every_page(
+    fetch: Callable[[str | None], Awaitable[tuple[list[Item], str | None]]],
+) -> list[Item]:
+    """Every item of a paged read, following its offsets to the last page."""
+    found: list[Item] = []
     offset: str | None = None
     while True:
-        batch, offset = await store.due_between(since, until, page, offset)
+        batch, offset = await fetch(offset)
         found.extend(batch)
         if offset is None:
             return found
+
+
+async def all_due(
+    store: LongTermStore, since: datetime, until: datetime, page: int = 2
+) -> list[ConsolidatedMemory]:
+    return await every_page(lambda offset: store.due_between(since, until, page, offset))
 
 
 async def seed_due(store: LongTermStore) -> dict[str, ConsolidatedMemory]:
@@ -490,13 +501,7 @@ def by_event(turns: list[ArchivedTurn]) -> dict[str, tuple[StoredTurn, bytes]]:
 
 
 async def all_turns(store: LongTermStore, tenant: str, user: str, page: int) -> list[ArchivedTurn]:
-    found: list[ArchivedTurn] = []
-    offset: str | None = None
-    while True:
-        batch, offset = await store.list_turns(tenant, user, page, offset)
-        found.extend(batch)
-        if offset is None:
-            return found
+    return await every_page(lambda offset: store.list_turns(tenant, user, page, offset))
 
 
 def test_turn_point_id_is_per_owner_and_apart_from_memories() -> None:
