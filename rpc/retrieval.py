@@ -95,9 +95,8 @@ class QueryEncoder:
         return hit
 
     async def encode(self, text: str) -> np.ndarray:
-        hit = self._cache.get(text)
+        hit = self.cached(text)
         if hit is not None:
-            self._cache.move_to_end(text)
             return hit
         future = self._pending.get(text)
         if future is None:
