@@ -40,3 +40,15 @@ def cosine_to_rows(v: npt.ArrayLike, rows: npt.ArrayLike) -> FloatArray:
     if r.ndim != 2 or q.ndim != 1 or r.shape[1] != q.shape[0]:
         raise ValueError(f"shape mismatch: vector {q.shape} against rows {r.shape}")
     return np.clip(r @ q, -1.0, 1.0).astype(np.float32)
+
+
+def mean_direction(rows: npt.ArrayLike) -> FloatArray:
+    """The unit mean of unit rows (n, d) -> (d,): the direction a set of texts shares.
+
+    Summed in float64 row by row (numpy adds along axis 0 element-wise, in row order), so the
+    result is the same bytes on every CPU for the same rows in the same order.
+    """
+    r = np.asarray(rows, dtype=np.float64)
+    if r.ndim != 2 or r.shape[0] == 0:
+        raise ValueError(f"mean_direction expects a non-empty (n, d) array, got shape {r.shape}")
+    return normalize(r.sum(axis=0))

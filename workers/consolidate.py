@@ -28,8 +28,8 @@ import numpy as np
 from memory.consolidation import merge_memory, reinforced
 from memory.consolidation_jobs import Job, new_evidence, pays_for_llm, user_queues
 from memory.links import LinkParams, entity_keys, linked, related_ids
-from memory.render import memory_text
 from memory.strength import StrengthParams, initial_strength
+from memory.vectors import mean_direction
 from memstream.metrics import Metrics
 from schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
 from stores.broker import Topics
@@ -63,7 +63,9 @@ class ConsolidationWorker:
     def __post_init__(self) -> None:
         self._limit = asyncio.Semaphore(self.max_concurrency)
 
-    async def _archived(self, job: Job, event_ids: list[str]) -> list[StoredTurn]:
+    async def _archived(
+        self, job: Job, event_ids: list[str]
+    ) -> list[tuple[StoredTurn, np.ndarray]]:
         """The turns of ``event_ids`` from the archive, waiting (bounded) for any it has not
         written yet: the archive worker follows ``memstream.encoded`` on its own, and a
         memory must not depend on which of the two got there first."""
@@ -71,10 +73,10 @@ class ConsolidationWorker:
         while True:
             found = await self.longterm.get_turns(job.tenant_id, job.user_id, event_ids)
             if len(found) >= len(event_ids) or waited >= ARCHIVE_WAIT_S:
-                return [a.turn for a in found]
+                return [(a.turn, a.vector) for a in found]
             # A forgotten user's turns are never archived: nothing to wait for.
             if await self.state.forgotten_at(job.tenant_id, job.user_id) is not None:
-                return [a.turn for a in found]
+                return [(a.turn, a.vector) for a in found]
             await asyncio.sleep(pause)
             waited += pause
             pause = min(pause * 2, 1.0)
@@ -95,14 +97,18 @@ class ConsolidationWorker:
             else:
                 await self._reinforce(job, memory_id)
             return None
-        turns = [t.turn for t in await self.state.turns(job.tenant_id, job.user_id, job.turn_ids)]
+        sources = [
+            (t.turn, t.vector)
+            for t in await self.state.turns(job.tenant_id, job.user_id, job.turn_ids)
+        ]
         # A trigger's older turns may have left the hot tier (event-time TTL, cap): the
         # archive holds every turn, so a recurrence months apart still sees its evidence.
-        hot = {t.event_id for t in turns}
+        hot = {turn.event_id for turn, _ in sources}
         cold = [i for i in job.turn_ids if i not in hot]
         if cold:
-            turns += await self._archived(job, cold)
-        turns = sorted(turns, key=lambda t: (t.ts, t.event_id))[-self.max_turns :]
+            sources += await self._archived(job, cold)
+        sources = sorted(sources, key=lambda s: (s[0].ts, s[0].event_id))[-self.max_turns :]
+        turns = [turn for turn, _ in sources]
         if not turns:  # every turn expired or was forgotten: nothing to consolidate
             await self._mark_done(job)
             self.metrics.consolidations.labels("skipped").inc()
@@ -149,7 +155,10 @@ class ConsolidationWorker:
                 await self._mark_done(job)
                 self.metrics.consolidations.labels("unchanged").inc()
                 return None
-            vector = (await asyncio.to_thread(self.encoder.encode, [memory_text(memory)]))[0]
+            # The memory's direction is its sources' (their vectors were encoded at ingest):
+            # re-encoding its text cost ~10 turns' ONNX time per consolidation, and the
+            # encoder sees only its first 256 tokens (measured on LoCoMo-dev: BENCHMARKS.md).
+            vector = mean_direction(np.stack([v for _, v in sources]))
             memory = await self._link(memory, vector)
             await self.longterm.upsert([(memory, vector)])
             await self._link_back(memory)

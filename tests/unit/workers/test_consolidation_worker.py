@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
 from memory.consolidation_jobs import Job
+from memory.vectors import mean_direction
 from memstream.metrics import Metrics
 from schemas import StoredTurn
 from stores.fakes import FakeShortTermState
@@ -195,6 +197,12 @@ async def test_turns_gone_from_the_hot_tier_come_from_the_archive(
     memory = await Run(state, longterm).worker.run_job(job("t1", ("e9", "e0", "e1", "e2")))
     assert memory is not None
     assert memory.source_event_ids == ["e9", "e0", "e1", "e2"]  # oldest first
+    # Its vector is its sources' shared direction, archived and hot alike (no re-encoding).
+    hot_turns = await state.turns(TENANT, USER, ["e0", "e1", "e2"])
+    sources = np.stack([vector, *(t.vector for t in hot_turns)])
+    (hit,) = await longterm.search(TENANT, USER, mean_direction(sources), 1)
+    assert hit.memory.memory_id == memory.memory_id
+    assert hit.score == pytest.approx(1.0, abs=1e-5)
 
 
 async def test_a_forgotten_users_job_writes_nothing(
