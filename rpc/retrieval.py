@@ -14,8 +14,8 @@ Two things keep it cheap under load:
   token ``memorize`` bumps. A query then costs one tiny Redis read plus numpy.
 - The reads that need no vector (the turn index's version, the key lookup, the clusters)
   run while the query encodes; only the vector search waits for the vector.
-- ``TokenCounter`` counts the context's tokens line by line, memoised, where that gives
-  the tokenizer's exact count: the budget loop re-counts the whole context per item.
+- ``stores.text_encoder.TokenCounter`` counts the context's tokens line by line, memoised:
+  the budget loop re-counts the whole context per item.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from schemas import (
 )
 from stores.longterm import LongTermStore, ScoredMemory
 from stores.short_term import ShortTermState
-from stores.text_encoder import TextEncoder
+from stores.text_encoder import TextEncoder, TokenCounter
 from stores.turn_index import TurnIndex, UserTurns
 
 
@@ -138,28 +138,6 @@ class QueryEncoder:
         self._cache[text] = vector
         if len(self._cache) > self.size:
             self._cache.popitem(last=False)
-
-
-class TokenCounter:
-    """The encoder's token count, memoised line by line where that is exact.
-
-    ``assemble_context`` re-counts the whole rendered context after every item it admits:
-    ~9 counts of up to ~500 tokens per query, ~8 ms here, more than the rest of a cached
-    retrieval. BERT's normaliser works char by char and its pre-tokenizer never makes a
-    token across whitespace, so a text's count is the sum of its lines' counts, and the
-    lines recur across those calls and across queries. Other tokenizers (a SentencePiece
-    model marks word starts, for one) are counted whole.
-    """
-
-    def __init__(self, encoder: TextEncoder, size: int = 65_536) -> None:
-        self._whole = encoder.count_tokens
-        self._line = functools.lru_cache(maxsize=size)(encoder.count_tokens)
-        self.by_line = encoder.counts_by_line
-
-    def __call__(self, text: str) -> int:
-        if not self.by_line:
-            return self._whole(text)
-        return sum(self._line(line) for line in text.split("\n"))
 
 
 @dataclass

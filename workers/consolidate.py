@@ -37,7 +37,7 @@ from stores.llm import Consolidator, build_messages
 from stores.longterm import LongTermStore, memory_point_id
 from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
-from stores.text_encoder import TextEncoder
+from stores.text_encoder import TextEncoder, TokenCounter
 from workers.locks import UserLocks
 
 STAGE = "consolidate"
@@ -62,6 +62,7 @@ class ConsolidationWorker:
 
     def __post_init__(self) -> None:
         self._limit = asyncio.Semaphore(self.max_concurrency)
+        self._count_tokens = TokenCounter(self.encoder)
 
     async def _archived(
         self, job: Job, event_ids: list[str]
@@ -122,7 +123,7 @@ class ConsolidationWorker:
             # extractive one reads the same turns): what gated and eager consolidation spend.
             prompt = build_messages(job.key, turns, existing, now)
             self.metrics.consolidation_input_tokens.labels(self.consolidator.name).inc(
-                sum(self.encoder.count_tokens(m["content"]) for m in prompt)
+                sum(self._count_tokens(m["content"]) for m in prompt)
             )
             try:
                 content = await self.consolidator.consolidate(job.key, turns, existing, now)
