@@ -88,8 +88,8 @@ class StreamRun:
     triggers: float
     llm_calls: float
     machine_busy: float  # share of all CPU on the machine, anyone's, during the run
-    # The encoder's own counters, every caller kind (turns, descriptions, memory texts,
-    # queries): texts asked, encoded (run through the model), cache_hits, runs.
+    # The encoder's own counters, every caller kind (turns, descriptions, queries):
+    # texts asked, encoded (run through the model), cache_hits, runs.
     encoder: dict[str, float] = field(default_factory=dict)
 
     @property

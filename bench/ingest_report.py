@@ -78,8 +78,9 @@ def _throughput(m: Measured) -> str:
         f"Pipeline / encoder = **{ratio:.2f}** (target ≥ {TARGET_RATIO}): {verdict}.",
         "",
         "Encoder texts per event count every text the process's encoder was handed "
-        "(`memstream_encoder_texts_total`: the turns, memorize's cluster descriptions, the "
-        "consolidator's memory texts, any queries); the bare encoder encodes one per event.",
+        "(`memstream_encoder_texts_total`: the turns, memorize's cluster descriptions, any "
+        "queries; a memory's vector is its source turns' mean, not encoded); the bare "
+        "encoder encodes one per event.",
     ]
     return "\n".join(lines)
 

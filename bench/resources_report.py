@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memstream.settings import Settings
+from memstream.wiring import recurrence_params
 
 if TYPE_CHECKING:
     from bench.resources import Params
@@ -99,7 +100,8 @@ def _parts(parts: dict[str, dict[str, float]]) -> list[str]:
 
 def _how(eager_per_call: float, memstream_per_call: float) -> str:
     settings = Settings()
-    r, max_turns = settings.recurrence, settings.consolidation.max_turns
+    # The engine's values where the settings leave a field to it (None in the section).
+    r, max_turns = recurrence_params(settings.recurrence), settings.consolidation.max_turns
     return (
         "How tokens are counted (no model runs here; the default consolidator is the offline "
         "extractive one): with the encoder's WordPiece tokenizer, a memstream call's prompt "

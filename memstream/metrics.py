@@ -235,7 +235,7 @@ class Metrics:
         self.encoder_texts = Counter(
             "memstream_encoder_texts_total",
             "Texts handed to the process's encoder, by caller kind (query: the RPC's; ingest: "
-            "turns, cluster descriptions, memory texts), cache hits included.",
+            "turns, cluster descriptions), cache hits included.",
             ["kind"],
             registry=registry,
         )

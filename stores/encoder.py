@@ -7,7 +7,7 @@ downloaded and no torch is needed at run time. Any BERT-style ONNX sentence mode
 a ``last_hidden_state``-like output works, so a different model is a setting, not code.
 
 It is also the process's one encoding service: every caller (the encode stage, memorize's
-cluster descriptions, the consolidator's memory texts, the RPC's queries) hands its texts
+cluster descriptions, the RPC's queries) hands its texts
 to one runner thread, which batches them across callers and runs one ``Session.run`` at a
 time. Concurrent runs in one session share its intra-op pool, and with spinning threads
 they fought for the two cores; queries are served before any waiting ingest chunk, so a
