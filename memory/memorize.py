@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from memory.cluster_describe import terms_of
 from memory.clustering import ClusterParams, ClusterState, MemoryIn, StepResult, step
 from memory.recurrence import KeyState, RecurrenceParams, TriggerSpec, TurnSignal, detect
-from memory.text import extract_entities, is_remember_request, is_salient, phrase_keys
+from memory.text import (
+    extract_entities,
+    is_remember_request,
+    is_salient,
+    phrase_keys,
+    text_memo,
+)
 from memory.turns import stored_turn
 from memory.vectors import FloatArray
 from schemas import InteractionEvent, RecurrenceTrigger, StoredTurn
@@ -62,13 +68,18 @@ def canned_phrases(event: InteractionEvent, heard: Collection[str]) -> frozenset
     return frozenset(p for p in scripted_phrases(event) if p in heard)
 
 
+@text_memo  # an event's terms are read twice: ``vectors_needed``, then ``step``
+def _terms(text: str) -> tuple[str, ...]:
+    return terms_of(text)
+
+
 def memory_in(event: InteractionEvent, vector: FloatArray) -> MemoryIn:
     """The event as the clustering engine takes it (``vector``: its unit embedding)."""
     return MemoryIn(
         event.event_id,
         vector,
         event.metadata.importance,
-        terms_of(event.text),
+        _terms(event.text),
         is_pinned(event),
     )
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from memory.text import tokenize
+from memory.text import text_memo, tokenize
 
 # What people call the thing that travels, in "it came", "got the parcel", "left it at".
 _THING_NOUN = (
@@ -155,6 +155,7 @@ class State:
 _DENIED = {"delivered": "not delivered", "shipped": "not shipped", "refunded": "not refunded"}
 
 
+@text_memo  # every consolidation of a key re-reads its turns' sentences
 def find_state(sentence: str) -> State | None:
     """The last state the sentence asserts, or None.
 
@@ -198,6 +199,7 @@ _PROMISE_VERB = re.compile(
 )
 
 
+@text_memo
 def is_commitment(sentence: str, role: str) -> bool:
     """Whether the sentence promises something: any promise of the agent; a user's only when
     it is about something to send, call or provide."""

@@ -12,6 +12,35 @@ import re
 import unicodedata
 from collections.abc import Callable, Collection, Iterator
 from datetime import date
+from functools import lru_cache, wraps
+from typing import TypeVar, TypeVarTuple
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+# Per-text memos (the functions are pure): a turn's text is read by memorize (salience,
+# pin, entities, fingerprints: several times per event), by the archive, and again by every
+# consolidation of its key (the extractive consolidator re-reads up to 40 turns per trigger).
+# Results are immutable (tuples, bools, frozen dataclasses); the public functions hand out
+# fresh lists. Only texts of a turn's size are kept (a long paste or a memory's text is
+# computed each time), so each memo holds at most 8,192 texts of up to 500 characters.
+TEXT_MEMO = 8_192
+MEMO_MAX_CHARS = 500
+
+
+def text_memo(fn: Callable[[str, *Ts], T]) -> Callable[[str, *Ts], T]:
+    """``fn`` memoised on its (hashable, positional) arguments for texts up to
+    ``MEMO_MAX_CHARS``."""
+    cached = lru_cache(maxsize=TEXT_MEMO)(fn)
+
+    @wraps(fn)
+    def call(text: str, *args: *Ts) -> T:
+        if len(text) > MEMO_MAX_CHARS:
+            return fn(text, *args)
+        return cached(text, *args)
+
+    return call
+
 
 # CJK ideographs (incl. extension A and compatibility) and Japanese kana: scripts written
 # without spaces, so they are tokenised by characters, not by words.
@@ -139,6 +168,11 @@ def tokenize(text: str) -> list[str]:
     English stopword list; CJK runs become character bigrams (a lone character stays a unigram),
     the usual way to index Chinese without a segmenter.
     """
+    return list(_tokens(text))
+
+
+@text_memo
+def _tokens(text: str) -> tuple[str, ...]:
     tokens: list[str] = []
     for match in _TOKEN_RE.finditer(_normalise(text).lower()):
         cjk = match.group("cjk")
@@ -154,7 +188,7 @@ def tokenize(text: str) -> list[str]:
         word = _strip_possessive(word)
         if word and word not in _STOPWORDS:
             tokens.append(word)
-    return tokens
+    return tuple(tokens)
 
 
 def _cjk_content_chars(text: str) -> int:
@@ -176,6 +210,12 @@ def is_salient(text: str, common_phrases: Collection[str] = ()) -> bool:
     names an entity (an order number, an email...) is always salient, however short: "order
     55123" is exactly what memory is for.
     """
+    common = common_phrases if isinstance(common_phrases, frozenset) else frozenset(common_phrases)
+    return _salient(text, common)
+
+
+@text_memo
+def _salient(text: str, common_phrases: frozenset[str]) -> bool:
     normalised = _normalise(text)
     if extract_entities(normalised):
         return True
@@ -209,8 +249,13 @@ def _phrase_key(sentence: str) -> str | None:
 
 def phrase_keys(text: str) -> list[str]:
     """Fingerprints of the turn's sentences (2+ tokens each), unique, in text order."""
+    return list(_phrase_keys(text))
+
+
+@text_memo
+def _phrase_keys(text: str) -> tuple[str, ...]:
     keys = (_phrase_key(s) for s in _PHRASE_SPLIT.split(_normalise(text)))
-    return list(dict.fromkeys(k for k in keys if k is not None))[:_MAX_PHRASES]
+    return tuple(dict.fromkeys(k for k in keys if k is not None))[:_MAX_PHRASES]
 
 
 # "remember"/"note" only in an imperative position, so "I remember buying it" or "do you
@@ -235,6 +280,7 @@ _REMEMBER_ZH = re.compile(
 )
 
 
+@text_memo
 def is_remember_request(text: str) -> bool:
     """An explicit request to store something: "remember this", "note that…", "记住", "别忘了"."""
     normalised = _normalise(text).strip()
@@ -523,6 +569,11 @@ def extract_entities(text: str) -> list[str]:
     ``product:<CODE>`` (SKU-like codes), ``tracking:<ID>``. Plain numbers, times, prices and
     bare years are not entities.
     """
+    return list(_entities(text))
+
+
+@text_memo
+def _entities(text: str) -> tuple[str, ...]:
     scanner = _Scanner(_normalise(text))
     scanner.mask(_URL_RE)  # never keyed, but their paths would look like product codes
     scanner.run(_EMAIL_RE, lambda m: f"email:{m.group(0).lower()}")
@@ -538,4 +589,4 @@ def extract_entities(text: str) -> list[str]:
     scanner.run(_HASH_ID_RE, _hash_key)
     scanner.run(_PHONE_RE, _phone_key)
     scanner.run(_CODE_TOKEN_RE, _code_token_key)
-    return sorted(scanner.keys)
+    return tuple(sorted(scanner.keys))

@@ -8,9 +8,10 @@ from functools import partial
 
 import faust
 import numpy as np
+import orjson
 
 from memstream.metrics import Metrics
-from schemas import EncodedEvent, InteractionEvent
+from schemas import InteractionEvent
 from stores.broker import Topics
 from stores.stage import Received, Stage
 from stores.text_encoder import TextEncoder
@@ -21,6 +22,31 @@ STAGE = "encode"
 def text_for_embedding(event: InteractionEvent) -> str:
     """What the encoder sees: the turn's own words (speaker and date are matched separately)."""
     return event.text
+
+
+def encoded_json(event: InteractionEvent, vector: np.ndarray, model_id: str) -> bytes:
+    """``EncodedEvent(event, vector, model_id)`` as JSON, the embedding written by orjson at
+    float32's shortest round-trip form ("0.012345679", not the float64 repr
+    "0.012345678918254375" that ``model_dump_json`` of ``vector.tolist()`` writes).
+
+    The readers parse it back to the same float32 values (``np.asarray(..., float32)``:
+    memorize, the archive), in 40% fewer bytes (8.4 -> 5.0 kB an event through the broker
+    and both its consumers), 25 us an event cheaper to write and 17 us to read (issue 14).
+    """
+    embedding = orjson.dumps(
+        np.ascontiguousarray(vector, dtype=np.float32), option=orjson.OPT_SERIALIZE_NUMPY
+    )
+    return b"".join(
+        (
+            b'{"event":',
+            event.model_dump_json().encode(),
+            b',"embedding":',
+            embedding,
+            b',"model_id":',
+            orjson.dumps(model_id),
+            b"}",
+        )
+    )
 
 
 @dataclass
@@ -50,11 +76,9 @@ class EventEncoder:
             encoded = await self.stage.one_by_one(batch, self._encode_one, retry=False)
         for item, vector in encoded:
             event = item.value
-            out = EncodedEvent(
-                event=event, embedding=vector.tolist(), model_id=self.encoder.model_id
-            )
             await self.encoded.send(
-                key=event.user_key.encode(), value=out.model_dump_json().encode()
+                key=event.user_key.encode(),
+                value=encoded_json(event, vector, self.encoder.model_id),
             )
         return len(encoded)
 

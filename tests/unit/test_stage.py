@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from schemas import DeadLetter, Feedback
-from stores.stage import Outcome, Received, Stage, periodic
+from stores.stage import DECODED_MEMO, Outcome, Received, Stage, periodic, validated
 from tests.unit.test_dead_letter_reasons import FakeTopic
 
 
@@ -181,3 +181,15 @@ async def test_a_periodic_job_outlives_a_bad_run(metrics: Metrics) -> None:
     assert value(metrics, "memstream_events_total", stage="decay", outcome="error") == 1
     assert value(metrics, "memstream_events_total", stage="decay", outcome="ok") == 3
     assert value(metrics, "memstream_stage_latency_seconds_count", stage="decay") == 1
+
+
+def test_a_record_two_stages_read_is_validated_once() -> None:
+    raw = feedback(1)
+    first = validated(Feedback, raw)
+    assert validated(Feedback, bytes(raw)) is first  # equal bytes: the same frozen model
+    assert first == Feedback.model_validate_json(raw)
+    for n in range(2, DECODED_MEMO + 3):  # the memo is bounded: the oldest goes first
+        validated(Feedback, feedback(n))
+    assert validated(Feedback, raw) is not first
+    with pytest.raises(ValueError, match="validation error"):  # never memoised
+        validated(Feedback, b'{"tenant_id": "demo"}')

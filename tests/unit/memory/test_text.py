@@ -335,3 +335,35 @@ def test_a_reference_code_is_looked_up_under_every_kind_a_turn_may_file_it_as() 
         "product:X-1",
         "tracking:X-1",
     ]
+
+
+# --- memoised per text ----------------------------------------------------------------------
+
+
+def test_memoised_answers_are_fresh_lists_a_caller_may_change() -> None:
+    text = "Order A-10293 arrived. Thanks, that's all for today!"
+    first = extract_entities(text)
+    first.append("order:HIJACKED")
+    tokens = tokenize(text)
+    tokens.clear()
+    keys = phrase_keys(text)
+    keys.append("x")
+    assert extract_entities(text) == ["order:A-10293"]
+    assert tokenize(text) == ["order", "a-10293", "arrived", "thanks", "today"]
+    assert len(phrase_keys(text)) == len(keys) - 1
+
+
+def test_memoised_and_long_texts_answer_as_computed() -> None:
+    # A text over the memo's size is computed each time; both paths give the same answer.
+    short = "Please remember my email is ana@example.com"
+    long = short + " " + "and more words here" * 40
+    assert len(long) > 500
+    for text in (short, long):
+        assert extract_entities(text) == extract_entities(text) == ["email:ana@example.com"]
+        assert is_remember_request(text) is True
+        assert is_salient(text, frozenset()) is is_salient(text, set()) is True
+    canned = "Your replacement kettle ships from Berlin tomorrow."
+    assert is_salient(canned) is True
+    # The memo keys on the common phrases too: heard before, the same line says nothing.
+    assert is_salient(canned, frozenset(phrase_keys(canned))) is False
+    assert is_salient(canned, set(phrase_keys(canned))) is False

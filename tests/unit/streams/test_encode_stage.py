@@ -14,7 +14,7 @@ import numpy as np
 from schemas import EncodedEvent, InteractionEvent
 from stores.fakes import HashEncoder
 from stores.text_encoder import FloatArray
-from streams.encode import STAGE, EventEncoder
+from streams.encode import STAGE, EventEncoder, encoded_json
 from tests.unit.streams.stage_fakes import RecordingTopic, message, sample, stage
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -75,6 +75,21 @@ async def test_a_batch_is_encoded_in_one_call_and_published_in_order() -> None:
     assert dlq.sent == []
     assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 3
     assert sample(metrics, "memstream_batch_size_sum", stage=STAGE) == 3
+
+
+def test_the_published_json_reads_back_as_the_model_with_the_same_float32_embedding() -> None:
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((64, 384)).astype(np.float32) * np.float32(0.05)
+    source = InteractionEvent.model_validate_json(event(7, "Order A-10293, please 💡"))
+    for vector in vectors:
+        written = encoded_json(source, vector, "minilm")
+        read = EncodedEvent.model_validate_json(written)
+        model = EncodedEvent(event=source, embedding=vector.tolist(), model_id="minilm")
+        assert read.event == model.event
+        assert read.model_id == model.model_id
+        # What memorize and the archive take: the very float32 values the encoder gave.
+        assert np.array_equal(np.asarray(read.embedding, dtype=np.float32), vector)
+        assert len(written) < len(model.model_dump_json().encode())
 
 
 async def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_published() -> None:
