@@ -111,7 +111,12 @@ async def run(ctx: Context) -> Result:
     asked: dict[str, Session] = {}
     raw["quiet"] = {"memstream": data.wait_quiet(plan.quiet_s)}
     with services(work / "services") as svc:
-        server = RetrievalServer("serve", svc, store.path)
+        # A benchmark process starts on an empty data dir (it wipes it): the store is linked
+        # into the server's after, or the server would wipe it and serve an empty one.
+        serve_dir = work / "serve"
+        server = RetrievalServer("serve", svc, serve_dir)
+        serve_dir.mkdir(parents=True, exist_ok=True)
+        (serve_dir / "qdrant").symlink_to(store.path / "qdrant", target_is_directory=True)
         state = RedisState.from_url(svc.redis.url, prefix=server.prefix)
         for user in plan.users:
             await data.seed_turns(state, DEMO_TENANT, user, TURNS_PER_USER, ctx.seed)
