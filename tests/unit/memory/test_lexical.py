@@ -51,3 +51,58 @@ def test_speaker_and_date_are_matched_like_words() -> None:
     index.add("m", tokens_of(lexical_text("Melanie", ts, "I went to a pottery class")))
     scores = index.scores(tokens_of("What did Caroline do in May 2023?"), {"c": 0, "m": 1}, 2)
     assert scores[0] > scores[1]
+
+
+def _loop_scores(
+    index: LexicalIndex, query: list[str], positions: dict[str, int], size: int
+) -> list[float]:
+    """The per-posting Python loop ``LexicalIndex.scores`` replaced, as the reference."""
+    out = np.zeros(size, dtype=np.float64)
+    n_docs = len(index)
+    if not n_docs:
+        return out.tolist()
+    avg = index._total_length / n_docs or 1.0
+    for term in dict.fromkeys(query):
+        docs = index._postings.get(term)
+        if not docs:
+            continue
+        df = len(docs)
+        idf = float(np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)))
+        for doc_id, tf in docs.items():
+            row = positions.get(doc_id)
+            if row is not None:
+                norm = index.k1 * (1.0 - index.b + index.b * index._lengths[doc_id] / avg)
+                out[row] += idf * tf * (index.k1 + 1.0) / (tf + norm)
+    return out.tolist()
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    docs=st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), _doc, max_size=16),
+    edits=st.lists(st.tuples(st.text("abcdefgh", min_size=1, max_size=3), _doc), max_size=6),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),
+)
+def test_vectorised_scores_are_the_loops_floats_through_edits(
+    docs: dict[str, list[str]], edits: list[tuple[str, list[str]]], query: list[str]
+) -> None:
+    # Elementwise IEEE arithmetic in the same order: equal bits, not just close.
+    index = LexicalIndex()
+    for doc_id, tokens in docs.items():
+        index.add(doc_id, tokens)
+    ids = sorted(docs)
+    positions = {d: i for i, d in enumerate(ids)}
+    assert index.scores(query, positions, len(ids)).tolist() == _loop_scores(
+        index, query, positions, len(ids)
+    )
+    for doc_id, tokens in edits:  # the same mapping object, the index edited under it
+        if tokens:
+            index.add(doc_id, tokens)
+        else:
+            index.remove(doc_id)
+        got = index.scores(query, positions, len(ids))
+        assert got.tolist() == _loop_scores(index, query, positions, len(ids))
+    # A new mapping (a new turn-index view) is read afresh: a subset, in another order.
+    fresh = {d: i for i, d in enumerate(reversed(ids[::2]))}
+    assert index.scores(query, fresh, len(fresh)).tolist() == _loop_scores(
+        index, query, fresh, len(fresh)
+    )
