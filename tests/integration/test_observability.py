@@ -77,8 +77,10 @@ def up(
 EVERY_PROCESS = (
     "memstream_role",
     "memstream_start_time_seconds",
-    # Each role encodes: the worker turns and descriptions, the consolidator memory texts,
-    # serve the queries.
+)
+# The roles that encode: the worker turns and descriptions, serve the queries (the
+# consolidator encodes nothing: a memory's vector is its source turns' mean).
+ENCODING = (
     "memstream_encoder_texts_total",
     "memstream_encoder_encoded_total",
     "memstream_encoder_cache_hits_total",
@@ -100,6 +102,7 @@ OWNED = {
         "memstream_cluster_events_total",
         "memstream_retries_total",
         *EVERY_PROCESS,
+        *ENCODING,
     },
     "consolidator": {
         "memstream_events_total",
@@ -120,6 +123,7 @@ OWNED = {
         "memstream_retrieval_latency_seconds",
         "memstream_http_requests_total",
         *EVERY_PROCESS,
+        *ENCODING,
     },
 }
 
