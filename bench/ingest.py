@@ -417,7 +417,8 @@ def _result(ctx: Context, p: Params, m: Measured) -> Result:
             "ingest events/s vs encoder",
             gen.events_per_s,
             enc_rate,
-            f"bare encoder, same texts, calls of 32, {m.encoder['settings']}, sentences/s",
+            f"bare encoder, same texts, calls of {m.encoder['batch']}, {m.encoder['settings']}, "
+            "sentences/s",
             target=">= 0.8",
         ),
         Row(

@@ -33,10 +33,11 @@ def markdown(p: Params, m: Measured) -> str:
             "extractive consolidator, the RPC, Qdrant Edge) against a Tansu broker and a Valkey "
             "started by the benchmark as their own processes; default settings (encode and "
             "memorize take what has arrived as soon as they are free, encoder batches of up to "
-            "32; consumer fetches wait 10 ms while the pipeline keeps up, 100 ms idle or "
-            "backlogged; 4 partitions). The reference is the bare ONNX encoder in "
-            "the benchmark process on the same texts, in stream-order chunks of 32, at its best "
-            f"settings: {_candidates(m.encoder)}.",
+            f"{m.encoder['batch']}; consumer fetches wait 10 ms while the pipeline keeps up, "
+            "100 ms idle or backlogged; 4 partitions). The reference is the bare ONNX encoder "
+            "in the benchmark process on the same texts, in stream-order chunks of "
+            f"{m.encoder['batch']} (a text twice in one call is encoded once, as in the "
+            f"pipeline), at its best settings: {_candidates(m.encoder)}.",
             _throughput(m),
             _profile(m.streams[-1], m.encoder),
             _latency(m),

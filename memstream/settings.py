@@ -88,11 +88,11 @@ class EncoderSettings(_Section):
     max_tokens: int = 256
     # The encode stage takes what has arrived as soon as it is free (batches form under
     # load, up to batch_size); batch_within_s caps how long it lets the rest of a fetch
-    # join (it no longer waits for a batch to fill). Under load a bigger batch costs less
-    # per event (per-batch work, shorter padding, repeated texts encoded once); measured on
-    # 2,000 generated events, 32 / 64 / 128 / 256: 141 / 159 / 208 / 190 events/s, 9.6 /
-    # 8.2 / 6.3 / 6.7 CPU-ms per event; p95 at 30/s unchanged (eager batches stay small).
-    batch_size: int = 128
+    # join (it no longer waits for a batch to fill). 128 was measured against 32 in two
+    # ingest benchmark runs on a quiet machine: events/s 172 vs 162, but the bare encoder's
+    # calls of the same size gained more (ratio 0.34 vs 0.49), event -> retrievable p95
+    # 774 vs 404 ms, pinned scale-out 1.33x vs 1.72x.
+    batch_size: int = 32
     batch_within_s: float = 0.05
     threads: int = 0  # 0 = the process's cores less one (the event loop's), at least 1
     # onnxruntime's threads busy-wait between runs (bench/ingest.py measured it off).
