@@ -31,11 +31,10 @@ import asyncio
 import logging
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Generic, Literal, TypeVar, cast
 
 import faust
@@ -142,21 +141,17 @@ async def with_retries(
 # both follow memstream.encoded in one consumer, and faust hands each the same bytes (an
 # EncodedEvent's 384 floats cost ~25 us to validate). Models are frozen, so sharing one is
 # safe; the memo holds the archive's lag behind memorize (its batches: up to 0.5 s).
-_DECODED: OrderedDict[tuple[type[BaseModel], bytes], BaseModel] = OrderedDict()
 DECODED_MEMO = 512
+
+
+@lru_cache(maxsize=DECODED_MEMO)
+def _validated(model: type[BaseModel], raw: bytes) -> BaseModel:
+    return model.model_validate_json(raw)  # an error is raised, never cached
 
 
 def validated(model: type[M], raw: bytes) -> M:
     """``model.model_validate_json(raw)``, memoised on the record's bytes (raises the same)."""
-    key = (model, raw)
-    found = _DECODED.get(key)
-    if found is not None:
-        return cast(M, found)
-    value = model.model_validate_json(raw)
-    _DECODED[key] = value
-    if len(_DECODED) > DECODED_MEMO:
-        _DECODED.popitem(last=False)
-    return value
+    return cast(M, _validated(model, raw))
 
 
 # -- dead letters -------------------------------------------------------------------------
