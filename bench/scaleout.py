@@ -10,6 +10,9 @@ Each process is pinned to its own core (process k to core k) with a one-thread e
 the runs compare one core with two rather than one process that leaves a core idle with
 two that fill it. The broker and Valkey are the same for both runs and not pinned: on a
 2-core machine they share the workers' cores, and their CPU is reported beside them.
+
+One pair of runs moves by a third between pairs on a shared 2-core machine, so the pair
+runs several times, one after the other, and the headline is the pair with the median ratio.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ END_POLL_S = 0.05
 END_SHARE = 0.05
 # This process: it publishes the events (the bots' producer) and polls the workers' /metrics.
 DRIVER = psutil.Process()
+Pair = tuple[dict[str, Any], dict[str, Any]]  # one round: the one-process run, the two-process run
 
 
 def cores_for(workers: int) -> list[list[int]]:
@@ -52,12 +56,24 @@ def cores_for(workers: int) -> list[list[int]]:
     return [[usable[k % len(usable)]] for k in range(workers)]
 
 
+async def scale_out_rounds(
+    svc: Services, workdir: Path, path: Path, count: int, rounds: int
+) -> list[dict[str, Any]]:
+    """``rounds`` pairs of runs, each one process then two, in the order they ran."""
+    runs = []
+    for n in range(rounds):
+        for workers in (1, 2):
+            run = await scale_out(svc, workdir, path, count, workers, prefix=f"so{n}-{workers}")
+            runs.append({**run, "round": n})
+    return runs
+
+
 async def scale_out(
-    svc: Services, workdir: Path, path: Path, count: int, workers: int
+    svc: Services, workdir: Path, path: Path, count: int, workers: int, prefix: str
 ) -> dict[str, Any]:
     """``workers`` processor processes in one consumer group, each pinned to its own core;
-    events/s to memorized."""
-    prefix = f"so{workers}-{int(time.time())}"
+    events/s to memorized. ``prefix`` names the run's topics and keys (its own per run)."""
+    prefix = f"{prefix}-{int(time.time())}"
     cores = cores_for(workers)
     group = [
         Memstream(
@@ -219,14 +235,42 @@ def _f(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
 
 
-def ratio(runs: list[dict[str, Any]]) -> float:
+def pairs(runs: list[dict[str, Any]]) -> list[Pair]:
+    """Each round's (one-process, two-process) runs, in the order they ran."""
+    one = {r.get("round", 0): r for r in runs if r["workers"] == 1}
+    two = {r.get("round", 0): r for r in runs if r["workers"] == 2}
+    return [(one[n], two[n]) for n in sorted(one.keys() & two.keys())]
+
+
+def pair_ratio(pair: Pair) -> float:
     """Events/s of the two-process run over the one-process run's."""
-    return float(runs[1]["events_per_s"] / runs[0]["events_per_s"])
+    return float(pair[1]["events_per_s"] / pair[0]["events_per_s"])
+
+
+def median_pair(runs: list[dict[str, Any]]) -> Pair | None:
+    """The round whose ratio is the median (the lower middle one of an even count); None
+    without a whole pair."""
+    ranked = sorted(pairs(runs), key=pair_ratio)
+    return ranked[(len(ranked) - 1) // 2] if ranked else None
+
+
+def rounds(runs: list[dict[str, Any]]) -> str:
+    """ "3 rounds", "1 round": how many whole pairs ran."""
+    n = len(pairs(runs))
+    return f"{n} round{'' if n == 1 else 's'}"
+
+
+def ratio(runs: list[dict[str, Any]]) -> float:
+    """The headline: the median round's two-process events/s over its one-process run's."""
+    pair = median_pair(runs)
+    return pair_ratio(pair) if pair else float("nan")
 
 
 def markdown(runs: list[dict[str, Any]]) -> str:
-    """The scale-out section of the ingest benchmark: each run, its CPU, and a reading."""
-    if len(runs) < 2:
+    """The scale-out section of the ingest benchmark: each run, its CPU, and a reading of
+    the median round."""
+    pair = median_pair(runs)
+    if pair is None:
         return ""
     lines = [
         "### Scale-out: processor processes (`memstream worker`: encode + memorize), pinned",
@@ -239,14 +283,15 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         "after a warm-up that ends once every process has memorized events of its own "
         "partitions (the group's join and rebalance are not in the window).",
         "",
-        "| processes | cores | events | s to memorized | events/s | events per process "
+        "| round | processes | cores | events | s to memorized | events/s | events per process "
         "| CPU s per process | by thread: main, busiest others | cores busy per process "
         "| broker / Valkey / driver CPU s | others' cores busy |",
-        "| ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: |",
     ]
     for r in runs:
         lines.append(
-            f"| {r['workers']} | {' + '.join(str(c[0]) for c in r['cores'])} | {r['events']} "
+            f"| {r.get('round', 0) + 1} | {r['workers']} "
+            f"| {' + '.join(str(c[0]) for c in r['cores'])} | {r['events']} "
             f"| {_f(r['elapsed_s'])} | {_f(r['events_per_s'])} "
             f"| {', '.join(f'{n:.0f}' for n in r['per_worker'])} "
             f"| {', '.join(_f(c) for c in r['cpu_s'])} "
@@ -255,19 +300,21 @@ def markdown(runs: list[dict[str, Any]]) -> str:
             f"| {_f(r['broker_cpu_s'])} / {_f(r['valkey_cpu_s'])} / {_f(r['driver_cpu_s'])} "
             f"| {_f(r['others_cores'])} |"
         )
-    one, two = runs[0], runs[1]
+    one, two = pair
     share = max(two["per_worker"]) / max(sum(two["per_worker"]), 1)
-    ms_per_event = [1000 * sum(r["cpu_s"]) / r["events"] for r in runs]
+    ms_per_event = [1000 * sum(r["cpu_s"]) / r["events"] for r in pair]
     main, *others = one["thread_cpu_s"][0]
     model = max(others, default=0.0)
     beside = [
-        (r["broker_cpu_s"] + r["valkey_cpu_s"] + r["driver_cpu_s"]) / r["elapsed_s"] for r in runs
+        (r["broker_cpu_s"] + r["valkey_cpu_s"] + r["driver_cpu_s"]) / r["elapsed_s"] for r in pair
     ]
+    every = ", ".join(f"{pair_ratio(p):.2f}×" for p in pairs(runs))
     return "\n".join(
         [
             *lines,
             "",
-            f"2 / 1 processes = **{ratio(runs):.2f}×** (target ≥ {TARGET_RATIO}). Reading: "
+            f"2 / 1 processes = **{ratio(runs):.2f}×**, the median of {rounds(runs)} "
+            f"({every}; target ≥ {TARGET_RATIO}). Reading round {one.get('round', 0) + 1}: "
             f"the one pinned process kept {_f(one['cores_busy'][0])} of its core busy at "
             f"{_f(ms_per_event[0])} CPU ms per event: {_f(model)} s in its busiest thread "
             f"after the main one (the encoder's runner, where the one-thread model runs: "
@@ -287,16 +334,18 @@ def markdown(runs: list[dict[str, Any]]) -> str:
 
 
 def scale_rows(runs: list[dict[str, Any]]) -> list[Row]:
-    """The headline row: two pinned processes' events/s against one's."""
-    if len(runs) < 2:
+    """The headline row: two pinned processes' events/s against one's, the median round."""
+    pair = median_pair(runs)
+    if pair is None:
         return []
     return [
         Row(
             "scale-out events/s, 2 processes / 1",
-            runs[1]["events_per_s"],
-            runs[0]["events_per_s"],
+            pair[1]["events_per_s"],
+            pair[0]["events_per_s"],
             "1 `memstream worker` pinned to 1 core vs 2 pinned to 2 cores, encoder 1 thread "
-            "each, same broker + Valkey (unpinned), events/s to memorized",
+            "each, same broker + Valkey (unpinned), events/s to memorized, median of "
+            + rounds(runs),
             target=f">= {TARGET_RATIO}",
         )
     ]

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from bench.plotting import scaleout_chart
-from bench.scaleout import TARGET_RATIO, cores_for, markdown, ratio, scale_rows
+from bench.scaleout import TARGET_RATIO, cores_for, markdown, median_pair, ratio, scale_rows
 
 
-def run(workers: int, events_per_s: float, per_worker: list[float]) -> dict[str, Any]:
+def run(
+    workers: int, events_per_s: float, per_worker: list[float], round_: int = 0
+) -> dict[str, Any]:
     events = int(sum(per_worker))
     elapsed = events / events_per_s
     cpu = [n * 0.006 for n in per_worker]  # 6 CPU ms per event
@@ -33,10 +35,19 @@ def run(workers: int, events_per_s: float, per_worker: list[float]) -> dict[str,
         "turns_in_redis": 954,
         "machine_busy": 0.9,
         "others_cores": 0.05,
+        "round": round_,
     }
 
 
 RUNS = [run(1, 160.0, [3000.0]), run(2, 272.0, [1380.0, 1620.0])]
+# Three rounds in the order they ran: ratios 1.5, 2.0 and 1.7; the median is round 3's.
+ROUNDS = [
+    run(1, 200.0, [3000.0], 0),
+    run(2, 300.0, [1500.0, 1500.0], 0),
+    run(1, 150.0, [3000.0], 1),
+    run(2, 300.0, [1500.0, 1500.0], 1),
+    *(run(1, 160.0, [3000.0], 2), run(2, 272.0, [1380.0, 1620.0], 2)),
+]
 
 
 def test_each_process_gets_its_own_usable_core() -> None:
@@ -61,10 +72,25 @@ def test_headline_row_is_two_processes_over_one() -> None:
     assert scale_rows(RUNS[:1]) == []  # one run alone has no ratio
 
 
+def test_the_headline_is_the_round_with_the_median_ratio() -> None:
+    assert median_pair(ROUNDS) == (ROUNDS[4], ROUNDS[5])
+    assert ratio(ROUNDS) == pytest.approx(1.7)
+    (row,) = scale_rows(ROUNDS)
+    assert (row.memstream, row.reference) == (272.0, 160.0)
+    assert "median of 3 rounds" in row.reference_name
+    text = markdown(ROUNDS)
+    assert "the median of 3 rounds (1.50×, 2.00×, 1.70×;" in text
+    assert "Reading round 3:" in text
+    assert text.count("\n| 2 | 2 | 0 + 1 |") == 1  # every run has its row, with its round
+    # Even counts take the lower middle pair; a lone run has no pair.
+    assert median_pair(ROUNDS[:4]) == (ROUNDS[0], ROUNDS[1])
+    assert median_pair(ROUNDS[:1]) is None
+
+
 def test_reading_names_the_cores_the_split_and_what_shares_them() -> None:
     text = markdown(RUNS)
     assert f"**{ratio(RUNS):.2f}×**" in text
-    assert "| 2 | 0 + 1 | 3000 |" in text  # the two-process run, on cores 0 and 1
+    assert "| 1 | 2 | 0 + 1 | 3000 |" in text  # round 1's two-process run, on cores 0 and 1
     assert "54% of the events" in text  # 1620 of 3000: the busier process's share
     assert "at most 1.85×" in text  # 3000 / 1620
     assert "not pinned" in text  # the broker and Valkey share the workers' cores
