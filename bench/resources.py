@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,19 +29,17 @@ from redis.asyncio import Redis
 from bench.core import Context, Result, Row
 from bench.cost import consolidated_messages, token_costs
 from bench.generate import generate_events, write_jsonl
+from bench.maintenance import maintenance_markdown, time_maintenance
 from bench.plotting import bar_chart, series_chart
 from bench.resources_report import markdown
 from bench.services import MIB, Memstream, RssSampler, Samples, rss_breakdown, services
-from memory.reminders import due_reminders
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import replay_file
 from memstream.settings import QdrantSettings
 from memstream.wiring import open_longterm
-from schemas import ConsolidatedMemory, Fact, OpenAction, Reminder, StoredTurn
-from stores.fakes import FakeShortTermState
-from stores.longterm import LongTermStore, memory_point_id
+from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
+from stores.longterm import memory_point_id
 from stores.redis_state import RedisState, UserUpdate
-from workers.reminders import SCAN_PAGE, ReminderWorker
 
 NAME = "resources"
 log = logging.getLogger(__name__)
@@ -53,8 +50,6 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 # One memory in DUE_EVERY has an open action due an hour ago, one more a day from now: the
 # reminders pass has a few due among many (the rest have no dated action).
 DUE_EVERY = 1_000
-REMINDER_MAX_LATE = timedelta(days=7)  # maintenance.reminder_max_late_s's default
-REMINDER_PASSES = 3
 MEM0_NOTE = (
     "mem0 (`mem0ai==2.2.1`, a pure-Python wheel; `pip download --no-deps` works) is not "
     "measured here: it is installed only in the retrieval-latency benchmark's own "
@@ -104,9 +99,13 @@ class SplitRssSampler(RssSampler):
             self.at_peak = {"rss": rss, "anon": anon, "file": file}
 
 
+def memory_user(k: int) -> str:
+    return f"rss-u{k:04d}"
+
+
 def _memory(i: int, users: int, rng: np.random.Generator, now: datetime) -> ConsolidatedMemory:
     """A memory shaped like what consolidation writes: title, facts, keys, summary."""
-    user = f"rss-u{i % users:04d}"
+    user = memory_user(i % users)
     order = f"R-{10000 + i}"
     key = f"entity:order:{order}"
     text = f"Order {order} for the {['kettle', 'lamp', 'sheets', 'blender'][i % 4]}"
@@ -168,55 +167,6 @@ async def load_memories(data_dir: Path, p: Params, seed: int) -> dict[str, Any]:
         "disk_bytes": disk,
         "bytes_per_memory": disk / p.memories,
     }
-
-
-async def time_reminders(data_dir: Path) -> dict[str, Any]:
-    """CPU and wall ms of the reminders worker's pass over the loaded store (claims in the
-    short-term fake, sends collected), and of the pass it replaced — every memory scanned
-    and checked — as the reference, in the same process on the same shard."""
-    store = open_longterm(QdrantSettings(), data_dir)
-    await store.ensure_collection(DIM)
-    try:
-        worker = ReminderWorker(store, FakeShortTermState(), REMINDER_MAX_LATE)
-        now = datetime.now(UTC)
-        sent: list[Reminder] = []
-
-        async def send(reminder: Reminder) -> None:
-            sent.append(reminder)
-
-        async def indexed() -> int:
-            return await worker.emit_due(now, send)
-
-        async def scanned() -> int:
-            return await _scan_pass(store, now)
-
-        figures = {"indexed": await _passes(indexed), "full scan": await _passes(scanned)}
-        return {**figures, "reminders_sent": len(sent)}
-    finally:
-        await store.close()
-
-
-async def _scan_pass(store: LongTermStore, now: datetime) -> int:
-    """The old pass: every memory read, page by page, and checked (no claims: those are
-    the same in both passes)."""
-    due = 0
-    offset: str | None = None
-    while True:
-        page, offset = await store.scan(SCAN_PAGE, offset)
-        due += sum(len(due_reminders(m, now, REMINDER_MAX_LATE)) for m in page)
-        if offset is None:
-            return due
-
-
-async def _passes(one_pass: Callable[[], Awaitable[int]]) -> dict[str, float]:
-    """Median CPU and wall ms of a few passes (the first one pages the shard in)."""
-    cpu, wall = [], []
-    for _ in range(REMINDER_PASSES):
-        c, w = time.process_time(), time.perf_counter()
-        await one_pass()
-        cpu.append((time.process_time() - c) * 1000)
-        wall.append((time.perf_counter() - w) * 1000)
-    return {"cpu_ms": float(np.median(cpu)), "wall_ms": float(np.median(wall))}
 
 
 async def load_turns(redis_url: str, prefix: str, n: int, users: int, seed: int) -> list[str]:
@@ -283,8 +233,9 @@ async def run(ctx: Context) -> Result:
         mem = Memstream("up", svc, work / "memstream")
         log.info("bulk-loading %d long-term memories", p.memories)
         raw["memories"] = await load_memories(mem.data_dir, p, ctx.seed)
-        log.info("timing the reminders pass over %d memories", p.memories)
-        raw["reminders_pass"] = await time_reminders(mem.data_dir)
+        log.info("timing the maintenance passes over %d memories", p.memories)
+        users = [memory_user(i) for i in range(p.memory_users)]
+        raw["maintenance"] = await time_maintenance(mem.data_dir, DIM, users, TENANT)
         log.info("bulk-loading %d short-term turns", bulk_turns)
         queries = await load_turns(svc.redis.url, mem.prefix, bulk_turns, p.turn_users, ctx.seed)
         mem.spawn()
@@ -404,17 +355,8 @@ def _result(ctx: Context, p: Params, raw: dict[str, Any]) -> Result:
         ),
         bar_chart(ctx.out_dir / "resources_tokens.png", per_1k, "LLM tokens per 1,000 events"),
     ]
-    text = "\n\n".join((markdown(p, raw, MEM0_NOTE), _reminders_line(p, raw["reminders_pass"])))
-    return Result(NAME, rows, text, raw, plots)
-
-
-def _reminders_line(p: Params, figures: dict[str, Any]) -> str:
-    indexed, scan = figures["indexed"], figures["full scan"]
-    return (
-        "### Reminders\n\n"
-        f"Reminders pass at {p.memories // 1000}k memories ({2 * p.memories // DUE_EVERY} "
-        f"with a dated action, {p.memories // DUE_EVERY} due): {indexed['cpu_ms']:.1f} ms CPU, "
-        f"{indexed['wall_ms']:.1f} ms wall, through the due-time index (a scan of every "
-        f"memory, the pass it replaced: {scan['cpu_ms']:.0f} ms CPU, {scan['wall_ms']:.0f} ms "
-        f"wall); median of {REMINDER_PASSES} passes."
+    maintenance = maintenance_markdown(
+        p.memories, 2 * p.memories // DUE_EVERY, p.memories // DUE_EVERY, raw["maintenance"]
     )
+    text = "\n\n".join((markdown(p, raw, MEM0_NOTE), maintenance))
+    return Result(NAME, rows, text, raw, plots)

@@ -5,9 +5,11 @@ module, never the other way round).
 Backends: `stores.qdrant_edge_store` (Qdrant Edge in-process, the embedded default) and
 `stores.qdrant_client_store` (qdrant-client against a server, or its `:memory:` local
 mode). Both store one point per memory, id = `memory_id`, with payload indexes on
-`PAYLOAD_INDEXES`, and a float index on `DUE_FIELD` (every open action's due time,
-`memory.reminders.due_times`) that lets `due_between` read only the memories with something
-due instead of scanning them all. The payload is either the memory's structured JSON dump
+`PAYLOAD_INDEXES`, and float indexes on two fields derived from the memory on every write:
+`DUE_FIELD` (every open action's due time, `memory.reminders.due_times`) lets `due_between`
+read only the memories with something due, and `DECAY_FIELD` (the time its strength last
+decayed to) lets `decay_due` read only the memories a whole decay interval behind, instead
+of scanning them all. The payload is either the memory's structured JSON dump
 (the client backend: browsable in Qdrant's UI) or, compact, only the indexed fields plus
 the whole memory as one JSON string in `MEMORY_JSON_FIELD` (Edge: its bindings convert
 payloads value by value, so one string instead of a nested tree makes writes and reads
@@ -56,6 +58,12 @@ DUE_FIELD = "due_ts"
 # it was given, so a datetime's float rounding can never drop a memory; the caller's exact
 # rule (`due_reminders`) decides what is due.
 DUE_SLACK_S = 1.0
+# The time a memory's strength last decayed to (`decayed_to`, or `created_at` before its
+# first decay), epoch seconds, float-indexed. Derived like `DUE_FIELD`; `decay_due` widens
+# its bound by `DUE_SLACK_S` and the caller's exact rule (`memory.strength.decayed`) decides.
+DECAY_FIELD = "decay_from_ts"
+# Fields of the store's, never of the memory's (which forbids unknown fields).
+DERIVED_FIELDS = (DUE_FIELD, DECAY_FIELD)
 
 # Fixed too: the archive's point ids. Another namespace than memories', so a turn's id can
 # never equal a memory's.
@@ -115,12 +123,12 @@ class LongTermStore(Protocol):
       `dim` is a `ValueError`); it is idempotent. Reads before the collection exists see
       an empty store; writes before `ensure_collection` (on a store that does not exist
       yet) raise `RuntimeError`.
-    - `list_user`, `scan`, `due_between` and `find_by_keys` return memories in point-id
-      order; `list_user`, `scan` and `due_between` page with an opaque string offset, None
+    - `list_user`, `scan`, `due_between`, `decay_due` and `find_by_keys` return memories
+      in point-id order; all but `find_by_keys` page with an opaque string offset, None
       after the last page.
-    - Every memory write (`upsert`, `upsert_bulk`, `rewrite`) stores `DUE_FIELD` derived
-      from the memory, so a re-dated or done action is re-indexed by that write;
-      `ensure_collection` fills it in once for memories stored before it existed.
+    - Every memory write (`upsert`, `upsert_bulk`, `rewrite`) stores the `DERIVED_FIELDS`
+      from the memory, so a re-dated or done action, or a decay, is re-indexed by that
+      write; `ensure_collection` fills them in once for memories stored before they existed.
     """
 
     async def ensure_collection(self, dim: int) -> None: ...
@@ -175,6 +183,15 @@ class LongTermStore(Protocol):
         """The memories of every tenant with an open action due in [since, until] (and
         possibly a few due within `DUE_SLACK_S` of it), in point-id order, paged like
         `scan`. Read through the `DUE_FIELD` index, not a scan; for the reminders worker,
+        which applies the exact rule to each."""
+        ...
+
+    async def decay_due(
+        self, tenant_id: str, user_id: str, until: datetime, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        """One user's memories whose strength last decayed to `until` or earlier (and
+        possibly a few within `DUE_SLACK_S` after it), in point-id order, paged like
+        `list_user`. Read through the `DECAY_FIELD` index, not a scan; for the decay worker,
         which applies the exact rule to each."""
         ...
 
@@ -251,20 +268,34 @@ def due_range(since: datetime, until: datetime) -> tuple[float, float]:
     return since.timestamp() - DUE_SLACK_S, until.timestamp() + DUE_SLACK_S
 
 
-def with_due(memory: ConsolidatedMemory, payload: Payload) -> Payload:
-    """`payload` with the memory's `DUE_FIELD` (left out when no action has a due time)."""
+def decay_until(until: datetime) -> float:
+    """The epoch-second bound `decay_due` filters `DECAY_FIELD` on (widened by the slack)."""
+    return until.timestamp() + DUE_SLACK_S
+
+
+def derived_fields(memory: ConsolidatedMemory) -> Payload:
+    """The `DERIVED_FIELDS` of a memory (`DUE_FIELD` left out when no action has a due time)."""
+    fields: Payload = {DECAY_FIELD: (memory.decayed_to or memory.created_at).timestamp()}
     times = due_times(memory)
     if times:
-        payload[DUE_FIELD] = times
+        fields[DUE_FIELD] = times
+    return fields
+
+
+def with_derived(memory: ConsolidatedMemory, payload: Payload) -> Payload:
+    """`payload` with the memory's `DERIVED_FIELDS`."""
+    payload.update(derived_fields(memory))
     return payload
 
 
-def missing_due(payload: Payload | None) -> list[float]:
-    """The due times to fill in on a point stored before `DUE_FIELD` existed (none when
-    it has the field already, or nothing is due)."""
-    if payload is None or DUE_FIELD in payload:
-        return []
-    return due_times(from_payload(payload))
+def missing_derived(payload: Payload | None, indexed: Sequence[str]) -> Payload:
+    """The derived fields to fill in on a point stored before some of them existed: those
+    the collection does not index yet (every write since an index was made stored its
+    field) and the point lacks."""
+    if payload is None:
+        return {}
+    fields = derived_fields(from_payload(payload)).items()
+    return {k: v for k, v in fields if k not in indexed and k not in payload}
 
 
 def as_vector(vector: np.ndarray, dim: int | None) -> list[float]:
@@ -344,7 +375,7 @@ def turn_from_payload(payload: Payload | None) -> ArchivedTurn:
 
 def to_payload(memory: ConsolidatedMemory) -> Payload:
     """The structured payload: every field of the memory as JSON values (and its due times)."""
-    return with_due(memory, memory.model_dump(mode="json"))
+    return with_derived(memory, memory.model_dump(mode="json"))
 
 
 def to_compact_payload(memory: ConsolidatedMemory) -> Payload:
@@ -356,7 +387,7 @@ def to_compact_payload(memory: ConsolidatedMemory) -> Payload:
         "keys": list(memory.keys),
         MEMORY_JSON_FIELD: memory.model_dump_json(),
     }
-    return with_due(memory, payload)
+    return with_derived(memory, payload)
 
 
 def from_payload(payload: Payload | None) -> ConsolidatedMemory:
@@ -365,8 +396,7 @@ def from_payload(payload: Payload | None) -> ConsolidatedMemory:
         dumped = payload.get(MEMORY_JSON_FIELD)
         if isinstance(dumped, str):
             return ConsolidatedMemory.model_validate_json(dumped)
-    # The index field is the store's, not the memory's (which forbids unknown fields).
-    fields = {k: v for k, v in (payload or {}).items() if k != DUE_FIELD}
+    fields = {k: v for k, v in (payload or {}).items() if k not in DERIVED_FIELDS}
     return ConsolidatedMemory.model_validate(fields)
 
 

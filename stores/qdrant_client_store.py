@@ -18,6 +18,8 @@ from qdrant_client import AsyncQdrantClient, models
 
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
+    DECAY_FIELD,
+    DERIVED_FIELDS,
     DUE_FIELD,
     PAYLOAD_INDEXES,
     TURN_PAYLOAD_INDEXES,
@@ -27,9 +29,10 @@ from stores.longterm import (
     as_vector,
     canonical_id,
     check_page,
+    decay_until,
     due_range,
     from_payload,
-    missing_due,
+    missing_derived,
     owned_by,
     prepare_points,
     prepare_turn_points,
@@ -83,7 +86,7 @@ class QdrantClientStore(LongTermStore):
         self._dim = dim
         await self._ensure_indexes(self.collection, PAYLOAD_INDEXES)
         await self._ensure_indexes(self.turns_collection, TURN_PAYLOAD_INDEXES)
-        await self._index_due()
+        await self._index_derived()
 
     async def _create(self, name: str, dim: int) -> None:
         if not await self._client.collection_exists(name):
@@ -211,11 +214,17 @@ class QdrantClientStore(LongTermStore):
         self, tenant_id: str, user_id: str, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "list_user")
+        return await self._page(_owner_filter(tenant_id, user_id), limit, offset)
+
+    async def _page(
+        self, conditions: list[models.Condition], limit: int, offset: str | None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        """One page of the memories matching every condition, and the next page's offset."""
         if not await self._ready():
             return [], None
         records, next_id = await self._client.scroll(
             self.collection,
-            scroll_filter=models.Filter(must=_owner_filter(tenant_id, user_id)),
+            scroll_filter=models.Filter(must=conditions),
             limit=limit,
             offset=offset,
             with_payload=True,
@@ -239,18 +248,15 @@ class QdrantClientStore(LongTermStore):
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "due_between")
         low, high = due_range(since, until)
-        if not await self._ready():
-            return [], None
         due = models.FieldCondition(key=DUE_FIELD, range=models.Range(gte=low, lte=high))
-        records, next_id = await self._client.scroll(
-            self.collection,
-            scroll_filter=models.Filter(must=[due]),
-            limit=limit,
-            offset=offset,
-            with_payload=True,
-            with_vectors=False,
-        )
-        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+        return await self._page([due], limit, offset)
+
+    async def decay_due(
+        self, tenant_id: str, user_id: str, until: datetime, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        check_page(limit, offset, "decay_due")
+        behind = models.FieldCondition(key=DECAY_FIELD, range=models.Range(lte=decay_until(until)))
+        return await self._page([*_owner_filter(tenant_id, user_id), behind], limit, offset)
 
     async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
         if not await self._ready():
@@ -379,14 +385,16 @@ class QdrantClientStore(LongTermStore):
             raise ValueError(f"collection {name} does not have one unnamed dense vector")
         return vectors.size
 
-    async def _index_due(self) -> None:
-        """Index `DUE_FIELD`, filling it in first on memories stored before it existed.
+    async def _index_derived(self) -> None:
+        """Index the `DERIVED_FIELDS`, filling them in first on memories stored before they
+        existed.
 
-        The index is created last, so it marks a finished backfill (a crash midway
+        The indexes are created last, so they mark a finished backfill (a crash midway
         backfills again next time). Local mode records no indexes, so there it runs on every
         call: a scan of a test-sized collection."""
         info = await self._client.get_collection(self.collection)
-        if DUE_FIELD in info.payload_schema:
+        indexed = [f for f in DERIVED_FIELDS if f in info.payload_schema]
+        if len(indexed) == len(DERIVED_FIELDS):
             return
         offset: models.ExtendedPointId | None = None
         while True:
@@ -395,10 +403,10 @@ class QdrantClientStore(LongTermStore):
             )
             fills = [
                 models.SetPayloadOperation(
-                    set_payload=models.SetPayload(payload={DUE_FIELD: times}, points=[r.id])
+                    set_payload=models.SetPayload(payload=missing, points=[r.id])
                 )
                 for r in records
-                if (times := missing_due(r.payload))
+                if (missing := missing_derived(r.payload, indexed))
             ]
             if fills:
                 await self._client.batch_update_points(self.collection, fills, wait=True)
@@ -409,9 +417,11 @@ class QdrantClientStore(LongTermStore):
                 warnings.filterwarnings(
                     "ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning
                 )
-            await self._client.create_payload_index(
-                self.collection, DUE_FIELD, models.PayloadSchemaType.FLOAT, wait=True
-            )
+            for name in DERIVED_FIELDS:
+                if name not in indexed:
+                    await self._client.create_payload_index(
+                        self.collection, name, models.PayloadSchemaType.FLOAT, wait=True
+                    )
 
     async def _ensure_indexes(self, name: str, indexes: tuple[tuple[str, bool], ...]) -> None:
         info = await self._client.get_collection(name)

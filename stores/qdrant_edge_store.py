@@ -65,6 +65,8 @@ from qdrant_edge import (
 
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
+    DECAY_FIELD,
+    DERIVED_FIELDS,
     DUE_FIELD,
     MEMORY_JSON_FIELD,
     PAYLOAD_INDEXES,
@@ -75,9 +77,10 @@ from stores.longterm import (
     as_vector,
     canonical_id,
     check_page,
+    decay_until,
     due_range,
     from_payload,
-    missing_due,
+    missing_derived,
     owned_by,
     prepare_points,
     prepare_turn_points,
@@ -144,13 +147,21 @@ def _owner_page(
     shard: EdgeShard | None, tenant_id: str, user_id: str, limit: int, offset: str | None
 ) -> tuple[list[Any], str | None]:
     """One page of a user's points (payloads, no vectors) and the next page's offset."""
+    return _page(shard, _owner_filter(tenant_id, user_id), limit, offset)
+
+
+def _page(
+    shard: EdgeShard | None, conditions: list[ConditionType], limit: int, offset: str | None
+) -> tuple[list[Any], str | None]:
+    """One page of the points matching every condition (payloads, no vectors) and the next
+    page's offset."""
     if shard is None:
         return [], None
     records, next_id = shard.scroll(
         ScrollRequest(
             offset=offset,
             limit=limit,
-            filter=Filter(must=_owner_filter(tenant_id, user_id)),
+            filter=Filter(must=conditions),
             with_payload=True,
             with_vector=False,
         )
@@ -321,16 +332,18 @@ class QdrantEdgeStore(LongTermStore):
     # --- lifecycle -----------------------------------------------------------------
 
     async def ensure_collection(self, dim: int) -> None:
-        await self._index_due(self._memories.ensure(dim))
+        await self._index_derived(self._memories.ensure(dim))
         self._archive.ensure(dim)
 
-    async def _index_due(self, shard: EdgeShard) -> None:
-        """Index `DUE_FIELD`, filling it in first on memories stored before it existed.
+    async def _index_derived(self, shard: EdgeShard) -> None:
+        """Index the `DERIVED_FIELDS`, filling them in first on memories stored before
+        they existed.
 
-        The index is created last, so it marks a finished backfill: a crash midway
+        The indexes are created last, so they mark a finished backfill: a crash midway
         backfills again on the next open (the writes are idempotent). One pass over the
         shard, once per store (~the cost of one old-style reminders scan)."""
-        if DUE_FIELD in shard.info().payload_schema:
+        indexed = [f for f in DERIVED_FIELDS if f in shard.info().payload_schema]
+        if len(indexed) == len(DERIVED_FIELDS):
             return
         filled = 0
         offset: PointId | None = None
@@ -339,17 +352,18 @@ class QdrantEdgeStore(LongTermStore):
                 ScrollRequest(offset=offset, limit=1024, with_payload=True, with_vector=False)
             )
             for record in records:
-                times = missing_due(record.payload)
-                if times:
-                    shard.update(UpdateOperation.set_payload([record.id], {DUE_FIELD: times}))
+                missing = missing_derived(record.payload, indexed)
+                if missing:
+                    shard.update(UpdateOperation.set_payload([record.id], missing))
                     filled += 1
             if offset is None:
                 break
             await asyncio.sleep(0)
         # Cold like the keyword indexes: read through mmap, not held in RAM.
-        shard.update(
-            UpdateOperation.create_field_index(DUE_FIELD, FloatIndexParams(memory=Memory.Cold))
-        )
+        for name in DERIVED_FIELDS:
+            if name not in indexed:
+                cold = FloatIndexParams(memory=Memory.Cold)
+                shard.update(UpdateOperation.create_field_index(name, cold))
         self._changed(shard, filled)
 
     async def ping(self) -> bool:
@@ -673,20 +687,18 @@ class QdrantEdgeStore(LongTermStore):
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "due_between")
         low, high = due_range(since, until)
-        shard = self._open_existing()
-        if shard is None:
-            return [], None
         due = FieldCondition(DUE_FIELD, range=RangeFloat(gte=low, lte=high))
-        records, next_id = shard.scroll(
-            ScrollRequest(
-                offset=offset,
-                limit=limit,
-                filter=Filter(must=[due]),
-                with_payload=True,
-                with_vector=False,
-            )
-        )
-        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+        records, next_offset = _page(self._open_existing(), [due], limit, offset)
+        return [from_payload(r.payload) for r in records], next_offset
+
+    async def decay_due(
+        self, tenant_id: str, user_id: str, until: datetime, limit: int, offset: str | None = None
+    ) -> tuple[list[ConsolidatedMemory], str | None]:
+        check_page(limit, offset, "decay_due")
+        behind = FieldCondition(DECAY_FIELD, range=RangeFloat(lte=decay_until(until)))
+        conditions = [*_owner_filter(tenant_id, user_id), behind]
+        records, next_offset = _page(self._open_existing(), conditions, limit, offset)
+        return [from_payload(r.payload) for r in records], next_offset
 
     async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
         shard = self._open_existing()

@@ -6,14 +6,17 @@ the user's lock and rewrites the memories in place (their vectors do not change)
 
 Decay runs on the wall clock's schedule but counts in event time: a user's memories decay
 up to that user's newest event, so a replay of an old log stores the strengths the live
-stream did, and a user who has said nothing since is not aged by the calendar.
+stream did, and a user who has said nothing since is not aged by the calendar. A pass
+asks the store, user by user, only for the memories a whole interval behind that user's
+newest event (`LongTermStore.decay_due`, an indexed read), so a user who said nothing
+since the last pass costs one empty read, not a read of every memory they have.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import faust
@@ -62,19 +65,28 @@ class StrengthWorker:
 
     async def decay_all(self) -> int:
         """Decay every stored memory up to its user's newest event; how many changed (0 on a
-        repeated run)."""
+        repeated run). Users without short-term state (none yet, or forgotten) have no
+        clock, so their memories wait, as they did when this pass scanned every memory."""
         changed = 0
-        offset: str | None = None
-        while True:
-            page, offset = await self.longterm.scan(SCAN_PAGE, offset)
-            by_user: dict[tuple[str, str], list[str]] = {}
-            for memory in page:
-                by_user.setdefault((memory.tenant_id, memory.user_id), []).append(memory.memory_id)
-            for (tenant, user), ids in by_user.items():
+        for member in await self.state.users():
+            for tenant, user in tenant_users(member):
                 newest = await self.state.newest_event(tenant, user)
                 if newest is not None:
-                    now = datetime.fromtimestamp(newest, UTC)
-                    changed += await self._decay_user(tenant, user, ids, now)
+                    changed += await self._decay_behind(
+                        tenant, user, datetime.fromtimestamp(newest, UTC)
+                    )
+        return changed
+
+    async def _decay_behind(self, tenant: str, user: str, now: datetime) -> int:
+        """Decay the user's memories a whole interval behind ``now``, page by page."""
+        changed = 0
+        behind = now - timedelta(seconds=self.params.interval_s)
+        offset: str | None = None
+        while True:
+            page, offset = await self.longterm.decay_due(tenant, user, behind, SCAN_PAGE, offset)
+            if page:
+                ids = [m.memory_id for m in page]
+                changed += await self._decay_user(tenant, user, ids, now)
             if offset is None:
                 return changed
 
@@ -90,6 +102,17 @@ class StrengthWorker:
             if updated:
                 await self.longterm.rewrite(updated)
         return len(updated)
+
+
+def tenant_users(member: str) -> list[tuple[str, str]]:
+    """The (tenant, user) pairs a ``tenant:user`` member of ``ShortTermState.users`` can
+    name: ids may hold ':' themselves, so every split is a candidate (only the users that
+    exist have a newest event)."""
+    return [
+        (member[:k], member[k + 1 :])
+        for k, c in enumerate(member)
+        if c == ":" and 0 < k < len(member) - 1
+    ]
 
 
 def register_strength(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from qdrant_edge import Point, UpdateOperation
 
-from stores.longterm import MEMORY_JSON_FIELD, to_payload
+from stores.longterm import DECAY_FIELD, MEMORY_JSON_FIELD, to_payload
 from stores.qdrant_edge_store import QdrantEdgeStore
 from tests.integration.test_longterm_contract import DIM, memory_factory, unit_vectors
 
@@ -85,7 +85,9 @@ async def test_payload_is_compact_and_structured_shards_still_read(tmp_path: Pat
             )
         )
         (record,) = shard.retrieve([new.memory_id], with_payload=True, with_vector=False)
-        assert set(record.payload) == {"tenant_id", "user_id", "key", "keys", MEMORY_JSON_FIELD}
+        # The indexed fields, the derived ones (no action is due: no due times), the JSON.
+        compact = {"tenant_id", "user_id", "key", "keys", DECAY_FIELD, MEMORY_JSON_FIELD}
+        assert set(record.payload) == compact
         assert await store.get("acme", "u1", old.memory_id) == old
         assert await store.get("acme", "u2", old.memory_id) is None
         hits = await store.search("acme", "u1", vectors[1], 2)

@@ -29,7 +29,7 @@ from schemas.memories import (
     TimelineEntry,
 )
 from stores.longterm import (
-    DUE_FIELD,
+    DERIVED_FIELDS,
     ArchivedTurn,
     LongTermStore,
     as_float16,
@@ -442,14 +442,15 @@ async def test_due_between_follows_every_write(store: LongTermStore) -> None:
     assert await all_due(store, T0 + 29 * h, T0 + 31 * h) == []
 
 
-async def write_without_due(store: LongTermStore, memory: ConsolidatedMemory) -> None:
-    """A point as the store wrote it before `DUE_FIELD` existed, index gone as well."""
+async def write_without_derived(store: LongTermStore, memory: ConsolidatedMemory) -> None:
+    """A point as the store wrote it before the `DERIVED_FIELDS` existed, indexes gone too."""
     vector = unit_vectors(np.random.default_rng(19), 1)[0].tolist()
-    payload = {k: v for k, v in to_payload(memory).items() if k != DUE_FIELD}
+    payload = {k: v for k, v in to_payload(memory).items() if k not in DERIVED_FIELDS}
     if isinstance(store, QdrantEdgeStore):
         shard = store._shard
         assert shard is not None
-        shard.update(UpdateOperation.delete_field_index(DUE_FIELD))
+        for name in DERIVED_FIELDS:
+            shard.update(UpdateOperation.delete_field_index(name))
         shard.update(UpdateOperation.upsert_points([Point(memory.memory_id, vector, payload)]))
     else:
         assert isinstance(store, QdrantClientStore)
@@ -457,19 +458,66 @@ async def write_without_due(store: LongTermStore, memory: ConsolidatedMemory) ->
         await store._client.upsert(store.collection, [point], wait=True)
 
 
-async def test_ensure_collection_fills_in_due_times_of_older_memories(
+async def test_ensure_collection_fills_in_derived_fields_of_older_memories(
     store: LongTermStore,
 ) -> None:
     seeded = await seed_due(store)
     h = timedelta(hours=1)
     legacy = with_actions(memory_factory("acme", "u9", "k:legacy"), T0 - h)
-    await write_without_due(store, legacy)
+    await write_without_derived(store, legacy)
     assert legacy not in await all_due(store, T0 - 2 * h, T0)
+    assert await all_behind(store, "acme", "u9", T0 + 48 * h) == []
     await store.ensure_collection(DIM)
     found = await all_due(store, T0 - 2 * h, T0)
     assert sorted(m.key for m in found) == ["k:legacy", "k:low", "k:now", "k:old"]
     assert await store.get("acme", "u9", legacy.memory_id) == legacy
     assert seeded["later"] in await all_due(store, T0 + 4 * h, T0 + 6 * h)
+    assert await all_behind(store, "acme", "u9", T0 + 48 * h) == [legacy]
+
+
+async def all_behind(
+    store: LongTermStore, tenant: str, user: str, until: datetime, page: int = 2
+) -> list[ConsolidatedMemory]:
+    return await every_page(lambda offset: store.decay_due(tenant, user, until, page, offset))
+
+
+def aged(
+    memory: ConsolidatedMemory, created: datetime, decayed_to: datetime | None = None
+) -> ConsolidatedMemory:
+    return memory.model_copy(update={"created_at": created, "decayed_to": decayed_to})
+
+
+async def test_decay_due_reads_only_the_users_memories_behind(store: LongTermStore) -> None:
+    day = timedelta(days=1)
+    rows = {
+        "old": aged(memory_factory("acme", "u1", "k:old"), T0 - 5 * day),
+        # Created long ago but decayed up to yesterday: its decay time is what counts.
+        "decayed": aged(memory_factory("acme", "u1", "k:decayed"), T0 - 9 * day, T0 - day),
+        "new": aged(memory_factory("acme", "u1", "k:new"), T0),
+        "edge": aged(memory_factory("acme", "u1", "k:edge"), T0 - 2 * day),
+        # The same age for other owners: isolation bait.
+        "other_user": aged(memory_factory("acme", "u2", "k:old"), T0 - 5 * day),
+        "other_tenant": aged(memory_factory("globex", "u1", "k:old"), T0 - 5 * day),
+    }
+    vectors = unit_vectors(np.random.default_rng(23), len(rows))
+    await store.upsert(list(zip(rows.values(), vectors, strict=True)))
+    found = await all_behind(store, "acme", "u1", T0 - 2 * day)
+    assert sorted(m.key for m in found) == ["k:edge", "k:old"]
+    assert [m.memory_id for m in found] == sorted((m.memory_id for m in found), key=uuid.UUID)
+    assert rows["old"] in found  # the whole memory, as stored
+    behind_now = await all_behind(store, "acme", "u1", T0, page=1)
+    assert sorted(m.key for m in behind_now) == ["k:decayed", "k:edge", "k:new", "k:old"]
+    assert await all_behind(store, "acme", "u1", T0 - 6 * day) == []
+    assert await all_behind(store, "acme", "u9", T0) == []
+    with pytest.raises(ValueError, match="offset"):
+        await store.decay_due("acme", "u1", T0, 3, "page-2")
+    # A rewrite that decays a memory moves it in the index; a delete takes it out.
+    caught_up = rows["old"].model_copy(update={"decayed_to": T0, "strength": 0.5})
+    assert await store.rewrite([caught_up]) == 1
+    assert [m.key for m in await all_behind(store, "acme", "u1", T0 - 2 * day)] == ["k:edge"]
+    await store.delete_user("acme", "u1")
+    assert await all_behind(store, "acme", "u1", T0) == []
+    assert [m.key for m in await all_behind(store, "acme", "u2", T0)] == ["k:old"]
 
 
 # --- the turn archive ----------------------------------------------------------------
@@ -647,6 +695,8 @@ async def test_backends_agree(store_factory: Callable[[str], LongTermStore]) -> 
         await seed_due(opened)
     window = (T0 - timedelta(hours=3), T0 + timedelta(hours=6), 3)
     assert await edge.due_between(*window) == await client.due_between(*window)
+    behind = ("acme", "u1", T0 + timedelta(days=2), 3)
+    assert await edge.decay_due(*behind) == await client.decay_due(*behind)
     assert await edge.delete_user("globex", "u1") == await client.delete_user("globex", "u1")
     assert await edge.count() == await client.count()
 

@@ -7,14 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.strength import StrengthParams
+from memory.strength import StrengthParams, decayed
 from memory.turns import stored_turn
 from schemas import ConsolidatedMemory, Feedback, InteractionEvent
 from stores.fakes import FakeShortTermState
 from stores.longterm import LongTermStore, memory_point_id
 from tests.unit.over_fakes import ENCODER, put_hot
 from workers.locks import UserLocks
-from workers.strength import StrengthWorker
+from workers.strength import SCAN_PAGE, StrengthWorker, tenant_users
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -108,3 +108,51 @@ async def test_decay_never_takes_a_memory_under_the_floor(longterm: LongTermStor
     await said(state, "acme", "u1", T0 + 400 * DAY)
     assert await worker(longterm, state).decay_all() == 1
     assert await strength_of(longterm, weak) == pytest.approx(PARAMS.floor)
+
+
+def test_a_users_member_names_every_split_at_a_colon() -> None:
+    assert tenant_users("acme:u1") == [("acme", "u1")]
+    # Ids may hold ':' (schemas.common): each split is a candidate, none empty.
+    assert tenant_users("acme:eu:u1") == [("acme", "eu:u1"), ("acme:eu", "u1")]
+    assert tenant_users("acme:") == []
+
+
+async def test_decay_reaches_users_whose_ids_hold_a_colon(longterm: LongTermStore) -> None:
+    theirs = memory("acme:eu", "u:1", "order:A-4")
+    await stored(longterm, theirs)
+    state = FakeShortTermState()
+    await said(state, "acme:eu", "u:1", T0 + 3 * DAY)
+    assert await worker(longterm, state).decay_all() == 1
+    assert await strength_of(longterm, theirs) == pytest.approx(0.99**3, rel=1e-5)
+
+
+async def test_decay_pass_changes_exactly_what_the_rule_says_for_every_memory(
+    longterm: LongTermStore,
+) -> None:
+    """The indexed pass against the rule applied to every stored memory: users with
+    memories of many ages over several of the store's pages, and one user without state."""
+    ages = [0.0, 0.5, 1.0, 2.0, 5.0, 30.0]  # days before the user's newest event
+    newest = {"u1": T0 + 40 * DAY, "u2": T0 + 3 * DAY, "u3": T0 + 9 * DAY}
+    state = FakeShortTermState()
+    memories = []
+    for user, at in newest.items():
+        if user != "u3":  # u3 has memories but no short-term state: no clock to age them by
+            await said(state, "acme", user, at)
+        for k in range(3 * SCAN_PAGE // len(ages) + 1):
+            for age in ages:
+                created = at - age * DAY - timedelta(minutes=k)
+                memories.append(
+                    memory("acme", user, f"k:{age}:{k}").model_copy(
+                        update={"created_at": created, "updated_at": created}
+                    )
+                )
+    await stored(longterm, *memories)
+    expected = {
+        m.memory_id: decayed(m, newest[m.user_id], PARAMS)
+        for m in memories
+        if m.user_id != "u3" and decayed(m, newest[m.user_id], PARAMS) is not m
+    }
+    assert await worker(longterm, state).decay_all() == len(expected)
+    for m in memories:
+        (after,) = await longterm.get_many("acme", m.user_id, [m.memory_id])
+        assert after == expected.get(m.memory_id, m)
