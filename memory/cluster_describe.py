@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from memory.cluster_state import Cluster
+from memory.text import text_memo
 
 MAX_TERMS_PER_MEMORY = 8
 
@@ -34,6 +35,7 @@ _STOP_WORDS = """
 _STOP = frozenset(_STOP_WORDS.split())
 
 
+@text_memo  # memorize reads an event's terms twice: ``vectors_needed``, then ``step``
 def terms_of(text: str, limit: int = MAX_TERMS_PER_MEMORY) -> tuple[str, ...]:
     """Up to ``limit`` distinct content words of a text, in order of first appearance."""
     seen: dict[str, None] = {}

@@ -25,7 +25,6 @@ from memory.text import (
     is_remember_request,
     is_salient,
     phrase_keys,
-    text_memo,
 )
 from memory.turns import stored_turn
 from memory.vectors import FloatArray
@@ -68,18 +67,13 @@ def canned_phrases(event: InteractionEvent, heard: Collection[str]) -> frozenset
     return frozenset(p for p in scripted_phrases(event) if p in heard)
 
 
-@text_memo  # an event's terms are read twice: ``vectors_needed``, then ``step``
-def _terms(text: str) -> tuple[str, ...]:
-    return terms_of(text)
-
-
 def memory_in(event: InteractionEvent, vector: FloatArray) -> MemoryIn:
     """The event as the clustering engine takes it (``vector``: its unit embedding)."""
     return MemoryIn(
         event.event_id,
         vector,
         event.metadata.importance,
-        _terms(event.text),
+        terms_of(event.text),
         is_pinned(event),
     )
 

@@ -13,10 +13,10 @@ import unicodedata
 from collections.abc import Callable, Collection, Iterator
 from datetime import date
 from functools import lru_cache, wraps
-from typing import TypeVar, TypeVarTuple
+from typing import Concatenate, ParamSpec, TypeVar, cast
 
 T = TypeVar("T")
-Ts = TypeVarTuple("Ts")
+P = ParamSpec("P")
 
 # Per-text memos (the functions are pure): a turn's text is read by memorize (salience,
 # pin, entities, fingerprints: several times per event), by the archive, and again by every
@@ -28,16 +28,17 @@ TEXT_MEMO = 8_192
 MEMO_MAX_CHARS = 500
 
 
-def text_memo(fn: Callable[[str, *Ts], T]) -> Callable[[str, *Ts], T]:
-    """``fn`` memoised on its (hashable, positional) arguments for texts up to
-    ``MEMO_MAX_CHARS``."""
-    cached = lru_cache(maxsize=TEXT_MEMO)(fn)
+def text_memo(fn: Callable[Concatenate[str, P], T]) -> Callable[Concatenate[str, P], T]:
+    """``fn`` memoised on its (hashable) arguments for texts up to ``MEMO_MAX_CHARS``; its
+    signature, defaults included, is kept."""
+    # lru_cache types its arguments as Hashable; these are texts and the callers' constants.
+    cached = cast("Callable[Concatenate[str, P], T]", lru_cache(maxsize=TEXT_MEMO)(fn))
 
     @wraps(fn)
-    def call(text: str, *args: *Ts) -> T:
+    def call(text: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if len(text) > MEMO_MAX_CHARS:
-            return fn(text, *args)
-        return cached(text, *args)
+            return fn(text, *args, **kwargs)
+        return cached(text, *args, **kwargs)
 
     return call
 
