@@ -52,13 +52,12 @@ class LexicalIndex:
     k1: float = K1
     b: float = B
     _postings: dict[str, dict[str, int]] = field(default_factory=dict)
-    _lengths: dict[str, int] = field(default_factory=dict)
     _terms: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _total_length: int = 0
-    _slots: dict[str, int] = field(default_factory=dict)  # doc id -> slot
+    _slots: dict[str, int] = field(default_factory=dict)  # doc id -> slot, for every doc
     _slot_ids: list[str | None] = field(default_factory=list)  # slot -> doc id (None: free)
     _free: list[int] = field(default_factory=list)
-    _slot_length: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    _slot_length: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # tokens
     # term -> (slots, term frequencies) of its postings, dropped when the term's change.
     _term_arrays: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = field(
         default_factory=dict
@@ -69,20 +68,19 @@ class LexicalIndex:
     _rows_of: tuple[Mapping[str, int], npt.NDArray[np.intp]] | None = None
 
     def __len__(self) -> int:
-        return len(self._lengths)
+        return len(self._slots)
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._lengths
+        return doc_id in self._slots
 
     def add(self, doc_id: str, tokens: Sequence[str]) -> None:
-        if doc_id in self._lengths:
+        if doc_id in self._slots:
             self.remove(doc_id)
         counts = Counter(tokens)
         for term, n in counts.items():
             self._postings.setdefault(term, {})[doc_id] = n
             self._term_arrays.pop(term, None)
         self._terms[doc_id] = tuple(counts)
-        self._lengths[doc_id] = len(tokens)
         self._total_length += len(tokens)
         slot = self._free.pop() if self._free else len(self._slot_ids)
         if slot == len(self._slot_ids):
@@ -99,17 +97,16 @@ class LexicalIndex:
 
     def remove(self, doc_id: str) -> None:
         """Forget one document; an unknown id is ignored."""
-        length = self._lengths.pop(doc_id, None)
-        if length is None:
+        slot = self._slots.pop(doc_id, None)
+        if slot is None:
             return
-        self._total_length -= length
+        self._total_length -= int(self._slot_length[slot])
         for term in self._terms.pop(doc_id):
             docs = self._postings[term]
             docs.pop(doc_id, None)
             self._term_arrays.pop(term, None)
             if not docs:
                 del self._postings[term]
-        slot = self._slots.pop(doc_id)
         self._slot_ids[slot] = None
         self._slot_length[slot] = 0.0
         self._free.append(slot)
@@ -124,7 +121,7 @@ class LexicalIndex:
         distinct query term counts once (a question repeating a word is not asking twice).
         """
         out = np.zeros(size, dtype=np.float64)
-        n_docs = len(self._lengths)
+        n_docs = len(self._slots)
         if not n_docs:
             return out
         avg_length = self._total_length / n_docs or 1.0
@@ -169,7 +166,7 @@ class LexicalIndex:
 
     def score_text(self, query: Sequence[str], tokens: Iterable[str]) -> float:
         """BM25 of an outside text (a consolidated memory) with this index's statistics."""
-        n_docs = len(self._lengths)
+        n_docs = len(self._slots)
         if not n_docs:
             return 0.0
         counts = tokens if isinstance(tokens, Counter) else Counter(tokens)

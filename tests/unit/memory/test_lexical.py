@@ -71,7 +71,8 @@ def _loop_scores(
         for doc_id, tf in docs.items():
             row = positions.get(doc_id)
             if row is not None:
-                norm = index.k1 * (1.0 - index.b + index.b * index._lengths[doc_id] / avg)
+                length = float(index._slot_length[index._slots[doc_id]])
+                norm = index.k1 * (1.0 - index.b + index.b * length / avg)
                 out[row] += idf * tf * (index.k1 + 1.0) / (tf + norm)
     return out.tolist()
 
