@@ -173,7 +173,8 @@ class LongTermStore(Protocol):
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         """Every memory of every tenant, in point-id order, paged like `list_user`.
 
-        For maintenance (decay, reminders), never for serving a user.
+        For operators' tools and checks, never for serving a user; the maintenance workers
+        read through `due_between` and `decay_due` instead.
         """
         ...
 
