@@ -15,9 +15,10 @@ on either broker, and an idle one sends a few small requests a second.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -200,9 +201,25 @@ def take_events(
     return cast(faust.Stream[bytes], stream).take_events(size, within=within_s)
 
 
+@dataclass
+class Taken:
+    """A batch ``take_ready_deferred`` handed over, with its acknowledgement.
+
+    ``ack`` once the batch's handler has finished (what it sent is in the producer, which
+    faust flushes before it commits): never before, or a crash could skip the batch.
+    """
+
+    events: Sequence[EventT[bytes]]
+    _stream: faust.Stream[bytes]
+
+    async def ack(self) -> None:
+        for event in self.events:
+            await self._stream.ack(event)
+
+
 async def take_ready(
     stream: faust.StreamT[bytes], size: int, within_s: float
-) -> AsyncIterator[Sequence[EventT[bytes]]]:
+) -> AsyncGenerator[Sequence[EventT[bytes]], None]:
     """Batches of up to ``size`` events, handed over as soon as the consumer is free.
 
     faust's ``take_events`` waits ``within_s`` for a batch to fill even when the stage is
@@ -212,8 +229,24 @@ async def take_ready(
     takes what has arrived at once: only the records of the same fetch still on their way
     (a few loop turns, at most ``within_s``) join it. Acks are as in faust's: an event is
     acknowledged once the consumer has finished the batch it was handed in (at least
-    once), never while a batch is in hand. Built on faust 0.15's stream internals
-    (``add_processor``, ``_enable_passive``, ``current_event``), as ``take_events`` is.
+    once), never while a batch is in hand, nor when its handler raised or was cancelled.
+    """
+    async with contextlib.aclosing(take_ready_deferred(stream, size, within_s)) as batches:
+        async for taken in batches:
+            yield taken.events
+            # Only when the consumer asks for the next batch: a batch whose handler failed
+            # or was cancelled (the generator closed at the yield) stays unacked.
+            await taken.ack()
+
+
+async def take_ready_deferred(
+    stream: faust.StreamT[bytes], size: int, within_s: float
+) -> AsyncGenerator[Taken, None]:
+    """``take_ready``'s batches, each acknowledged by its consumer (``Taken.ack``) rather
+    than when it asks for the next: a pipelined stage takes batch N+1 while batch N is
+    still being sent. A batch never acked is redelivered after a crash or a rebalance.
+    Built on faust 0.15's stream internals (``add_processor``, ``_enable_passive``,
+    ``current_event``), as ``take_events`` is.
     """
     s = cast(faust.Stream[bytes], stream)
     loop = asyncio.get_running_loop()
@@ -238,7 +271,7 @@ async def take_ready(
         return value
 
     enable_acks = s.enable_acks
-    s.enable_acks = False  # acked below, once the consumer has finished the batch
+    s.enable_acks = False  # acked by the consumer, once it has finished the batch
     s.add_processor(add)
     s._enable_passive(cast(faust.ChannelT[bytes], aiter(s.channel)))
     try:
@@ -258,11 +291,7 @@ async def take_ready(
             arrived.clear()
             backlog.discard(id(s))
             room.set()
-            try:
-                yield batch
-            finally:
-                for event in batch:
-                    await s.ack(event)
+            yield Taken(batch, s)
     finally:
         backlog.discard(id(s))
         s.enable_acks = enable_acks

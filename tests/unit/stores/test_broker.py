@@ -6,6 +6,7 @@ the idle wait once none came for ``IDLE_AFTER_S`` or while a stage is backlogged
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,7 +15,13 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from stores import broker
-from stores.broker import ShortFetchConsumerThread, backlogged, take_ready
+from stores.broker import (
+    ShortFetchConsumerThread,
+    Taken,
+    backlogged,
+    take_ready,
+    take_ready_deferred,
+)
 
 
 async def turns(n: int = 30) -> None:
@@ -54,6 +61,50 @@ async def test_an_idle_consumer_gets_what_arrived_and_the_next_batch_forms_while
         assert acked_before == [True, True, True]
         for put in puts:
             put.cancel()
+
+
+async def test_deferred_batches_are_handed_over_unacked_until_their_consumer_acks() -> None:
+    app = faust.App("take-ready-deferred-test", web_enabled=False, autodiscover=False)
+    taken: list[Taken] = []
+
+    @app.agent(app.channel())
+    async def consume(stream: faust.StreamT[bytes]) -> None:
+        async for batch in take_ready_deferred(stream, 4, 1.0):
+            taken.append(batch)  # and asks for the next one at once, acking nothing
+
+    async with consume.test_context() as agent:
+        puts = [asyncio.ensure_future(agent.put(b"a"))]
+        await turns()
+        puts += [asyncio.ensure_future(agent.put(v)) for v in (b"b", b"c")]
+        await turns()
+        assert [[e.value for e in t.events] for t in taken] == [[b"a"], [b"b", b"c"]]
+        # The second batch was handed over while the first was still in hand.
+        assert not any(e.message.acked for t in taken for e in t.events)
+        await taken[1].ack()  # acks are the consumer's: out of order is its own choice
+        assert [e.message.acked for t in taken for e in t.events] == [False, True, True]
+        await taken[0].ack()
+        assert all(e.message.acked for t in taken for e in t.events)
+        for put in puts:
+            put.cancel()
+
+
+async def test_a_batch_whose_handler_did_not_finish_is_never_acked() -> None:
+    app = faust.App("take-ready-close-test", web_enabled=False, autodiscover=False)
+    handed: list[Any] = []
+
+    @app.agent(app.channel())
+    async def consume(stream: faust.StreamT[bytes]) -> None:
+        async with contextlib.aclosing(take_ready(stream, 4, 1.0)) as batches:
+            async for batch in batches:
+                handed.extend(batch)
+                break  # the handler failed (or was cancelled): the generator is closed
+
+    async with consume.test_context() as agent:
+        put = asyncio.ensure_future(agent.put(b"a"))
+        await turns()
+        assert [e.value for e in handed] == [b"a"]
+        assert not handed[0].message.acked  # redelivered after a restart, not skipped
+        put.cancel()
 
 
 class Clock:

@@ -1,7 +1,10 @@
-"""Fake topics for driving one turn of a stage's loop in a unit test (no broker)."""
+"""Fake topics for driving one turn of a stage's loop in a unit test (no broker), and a fake
+feed of batches for the pipelined loop."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -9,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from schemas import DeadLetter
+from stores.broker import Taken
 from stores.stage import Stage
 
 
@@ -43,3 +47,35 @@ def stage(name: str, source: str) -> tuple[Stage, RecordingTopic, Metrics]:
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
     found = metrics.registry.get_sample_value(name, labels)
     return 0.0 if found is None else found
+
+
+class AckingStream:
+    """What ``Taken.ack`` needs of a faust stream: ``ack``, recorded in order."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    async def ack(self, event: Any) -> bool:
+        self.log.append(f"ack {event.name}")
+        return True
+
+
+class Feed:
+    """Batches handed to the loop one at a time, when the test says so."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.queue: asyncio.Queue[Taken | None] = asyncio.Queue()
+        self.stream = AckingStream(log)
+
+    def put(self, name: str, *values: bytes) -> None:
+        events = [
+            SimpleNamespace(name=f"{name}{i}", **vars(message(v))) for i, v in enumerate(values)
+        ]
+        self.queue.put_nowait(Taken(cast(Any, events), cast(Any, self.stream)))
+
+    def end(self) -> None:
+        self.queue.put_nowait(None)
+
+    async def batches(self) -> AsyncIterator[Taken]:
+        while (taken := await self.queue.get()) is not None:
+            yield taken

@@ -15,7 +15,7 @@ from schemas import EncodedEvent, InteractionEvent
 from stores.fakes import HashEncoder
 from stores.text_encoder import FloatArray
 from streams.encode import STAGE, EventEncoder, encoded_json
-from tests.unit.streams.stage_fakes import RecordingTopic, message, sample, stage
+from tests.unit.streams.stage_fakes import Feed, RecordingTopic, message, sample, stage
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -134,3 +134,22 @@ async def test_a_text_the_encoder_fails_on_is_parked_and_its_batch_mates_go_on()
     assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
     # The whole batch was tried under the retry policy (3 attempts) before one by one.
     assert sample(metrics, "memstream_retries_total", stage=STAGE, kind="error") == 2
+
+
+async def test_pipelined_batches_are_encoded_one_call_each_and_published_in_log_order() -> None:
+    s, dlq, metrics = stage(STAGE, "memstream.events")
+    out, encoder = RecordingTopic("memstream.encoded"), HashEncoder()
+    handler = EventEncoder(s, encoder, cast(Any, out))
+    acked: list[str] = []
+    feed = Feed(acked)
+    feed.put("a", event(0, "first"), event(1, "second"))
+    feed.put("b", b"{not json", event(2, "third"))
+    feed.put("c", event(3, "fourth"))
+    feed.end()
+    await s.run_pipelined(InteractionEvent, handler.encode, handler.publish, feed.batches())
+
+    assert encoder.calls == 3  # whole batches: one encoder call each
+    assert [e.event.event_id for _, e in published(out)] == ["e0", "e1", "e2", "e3"]
+    assert acked == ["ack a0", "ack a1", "ack b0", "ack b1", "ack c0"]
+    assert len(dlq.letters()) == 1
+    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 4
