@@ -5,6 +5,12 @@ returns; one background task drains it. When the broker is slow or down and the 
 full, feedback is dropped (and counted in ``dropped``): a strength boost lost is cheaper
 than a bot kept waiting. Keyed ``tenant:user`` like every topic, so the memorize processor
 that owns the user applies the boost (one writer per user).
+
+The drain publishes what gathered within ``linger_s`` of the first item as one batch: one
+produce request (and one broker wake-up) per batch, not per retrieval. One request per
+retrieval cost the serve process a socket round trip, and the broker its work, right while
+the next query was encoding on the same two cores. A boost applied 20 ms later changes
+nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +23,22 @@ from schemas import Feedback
 from stores.broker import EventPublisher
 
 log = logging.getLogger("memstream.rpc")
+LINGER_S = 0.02  # how long the drain gathers feedback after the first before publishing
+MAX_BATCH = 512  # feedback records per publish
 
 
 class FeedbackSink:
-    def __init__(self, publisher: EventPublisher, topic: str, *, max_pending: int = 10_000) -> None:
+    def __init__(
+        self,
+        publisher: EventPublisher,
+        topic: str,
+        *,
+        max_pending: int = 10_000,
+        linger_s: float = LINGER_S,
+    ) -> None:
         self.publisher = publisher
         self.topic = topic
+        self.linger_s = linger_s
         self._queue: asyncio.Queue[Feedback] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
@@ -43,17 +59,23 @@ class FeedbackSink:
 
     async def _drain(self) -> None:
         while True:
-            item = await self._queue.get()
+            batch = [await self._queue.get()]
             try:
-                await self.publisher.publish(
-                    self.topic, f"{item.tenant_id}:{item.user_id}", item.model_dump_json().encode()
+                if self.linger_s > 0:
+                    await asyncio.sleep(self.linger_s)
+                while len(batch) < MAX_BATCH and not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                await self.publisher.publish_many(
+                    self.topic,
+                    [(f"{f.tenant_id}:{f.user_id}", f.model_dump_json().encode()) for f in batch],
                 )
-                self.sent += 1
+                self.sent += len(batch)
             except Exception as exc:  # the broker's trouble must not end the drain
-                self.dropped += 1
+                self.dropped += len(batch)
                 log.warning("feedback not published: %r", exc)
             finally:
-                self._queue.task_done()
+                for _ in batch:
+                    self._queue.task_done()
 
     async def flush(self, timeout_s: float = 5.0) -> None:
         """Wait until what was offered so far is published (tests, shutdown)."""

@@ -95,12 +95,16 @@ TAGS = [
 ]
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
     _api_key: Annotated[str | None, Security(API_KEY_HEADER)],
 ) -> str:
-    """The tenant of the caller's API key (``Authorization: Bearer`` or ``X-API-Key``)."""
+    """The tenant of the caller's API key (``Authorization: Bearer`` or ``X-API-Key``).
+
+    ``async`` though it never awaits: FastAPI runs a plain ``def`` dependency in its
+    thread pool, a hand-off to a worker thread and back on every request (in the serve
+    process's profile under one caller, 4% of its samples, on the caller's path)."""
     # The raw headers, not the schemes' parsed values: a malformed Authorization header
     # gets a 401 that says how to write it rather than being ignored.
     authorization = request.headers.get("authorization")
