@@ -92,10 +92,10 @@ class UserVectors:
         n = len(self.ids)
         if n == 0 or limit <= 0:
             return []
-        # Not ``@``: OpenBLAS splits a product this size over both cores, and while the
-        # encoder or the load generator holds one it waits for it (measured here on a
-        # busy machine: p50 3.4 ms against 0.8 for einsum, its own one-thread loop).
-        rough = np.einsum("ij,j->i", self.matrix[:n], query)
+        # float32 and whatever BLAS's rounding: the candidates near the cut are re-scored
+        # in float64 below. (memstream's processes run BLAS on one thread:
+        # ``memstream.runtime.one_blas_thread``.)
+        rough: npt.NDArray[np.float32] = self.matrix[:n] @ query
         if limit < n:
             kth = np.partition(rough, n - limit)[n - limit]
             picked = np.flatnonzero(rough >= kth - SCORE_MARGIN)
