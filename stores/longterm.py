@@ -61,6 +61,8 @@ DUE_SLACK_S = 1.0
 # The time a memory's strength last decayed to (`decayed_to`, or `created_at` before its
 # first decay), epoch seconds, float-indexed. Derived like `DUE_FIELD`; `decay_due` widens
 # its bound by `DUE_SLACK_S` and the caller's exact rule (`memory.strength.decayed`) decides.
+# Not backfilled (every memory would need a write: ~10 min at 1M before a store could open):
+# a memory stored before the field existed is read by `decay_due` until a rewrite adds it.
 DECAY_FIELD = "decay_from_ts"
 # Fields of the store's, never of the memory's (which forbids unknown fields).
 DERIVED_FIELDS = (DUE_FIELD, DECAY_FIELD)
@@ -128,7 +130,8 @@ class LongTermStore(Protocol):
       after the last page.
     - Every memory write (`upsert`, `upsert_bulk`, `rewrite`) stores the `DERIVED_FIELDS`
       from the memory, so a re-dated or done action, or a decay, is re-indexed by that
-      write; `ensure_collection` fills them in once for memories stored before they existed.
+      write; `ensure_collection` fills in `DUE_FIELD` once for memories stored before it
+      existed (few have one), and indexes `DECAY_FIELD` without filling it in.
     """
 
     async def ensure_collection(self, dim: int) -> None: ...
@@ -191,9 +194,10 @@ class LongTermStore(Protocol):
         self, tenant_id: str, user_id: str, until: datetime, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         """One user's memories whose strength last decayed to `until` or earlier (and
-        possibly a few within `DUE_SLACK_S` after it), in point-id order, paged like
-        `list_user`. Read through the `DECAY_FIELD` index, not a scan; for the decay worker,
-        which applies the exact rule to each."""
+        possibly a few within `DUE_SLACK_S` after it, and any stored before `DECAY_FIELD`
+        existed), in point-id order, paged like `list_user`. Read through the `DECAY_FIELD`
+        index, not a scan; for the decay worker, which applies the exact rule to each and
+        rewrites what it read (a rewrite stores the field)."""
         ...
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
@@ -289,14 +293,12 @@ def with_derived(memory: ConsolidatedMemory, payload: Payload) -> Payload:
     return payload
 
 
-def missing_derived(payload: Payload | None, indexed: Sequence[str]) -> Payload:
-    """The derived fields to fill in on a point stored before some of them existed: those
-    the collection does not index yet (every write since an index was made stored its
-    field) and the point lacks."""
-    if payload is None:
-        return {}
-    fields = derived_fields(from_payload(payload)).items()
-    return {k: v for k, v in fields if k not in indexed and k not in payload}
+def missing_due(payload: Payload | None) -> list[float]:
+    """The due times to fill in on a point stored before `DUE_FIELD` existed (none when
+    it has the field already, or nothing is due)."""
+    if payload is None or DUE_FIELD in payload:
+        return []
+    return due_times(from_payload(payload))
 
 
 def as_vector(vector: np.ndarray, dim: int | None) -> list[float]:

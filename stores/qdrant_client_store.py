@@ -19,7 +19,6 @@ from qdrant_client import AsyncQdrantClient, models
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
     DECAY_FIELD,
-    DERIVED_FIELDS,
     DUE_FIELD,
     PAYLOAD_INDEXES,
     TURN_PAYLOAD_INDEXES,
@@ -32,7 +31,7 @@ from stores.longterm import (
     decay_until,
     due_range,
     from_payload,
-    missing_derived,
+    missing_due,
     owned_by,
     prepare_points,
     prepare_turn_points,
@@ -256,7 +255,10 @@ class QdrantClientStore(LongTermStore):
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "decay_due")
         behind = models.FieldCondition(key=DECAY_FIELD, range=models.Range(lte=decay_until(until)))
-        return await self._page([*_owner_filter(tenant_id, user_id), behind], limit, offset)
+        # Or stored before the field existed.
+        unindexed = models.IsEmptyCondition(is_empty=models.PayloadField(key=DECAY_FIELD))
+        either = models.Filter(should=[behind, unindexed])
+        return await self._page([*_owner_filter(tenant_id, user_id), either], limit, offset)
 
     async def count(self, tenant_id: str | None = None, user_id: str | None = None) -> int:
         if not await self._ready():
@@ -386,27 +388,25 @@ class QdrantClientStore(LongTermStore):
         return vectors.size
 
     async def _index_derived(self) -> None:
-        """Index the `DERIVED_FIELDS`, filling them in first on memories stored before they
-        existed.
+        """Index `DUE_FIELD`, filling it in first on memories stored before it existed, and
+        `DECAY_FIELD` (not filled in: see `decay_due`).
 
-        The indexes are created last, so they mark a finished backfill (a crash midway
-        backfills again next time). Local mode records no indexes, so there it runs on every
-        call: a scan of a test-sized collection."""
+        The due index is created after its backfill, so it marks a finished one (a crash
+        midway backfills again next time). Local mode records no indexes, so there it runs on
+        every call: a scan of a test-sized collection."""
         info = await self._client.get_collection(self.collection)
-        indexed = [f for f in DERIVED_FIELDS if f in info.payload_schema]
-        if len(indexed) == len(DERIVED_FIELDS):
-            return
+        new = [f for f in (DUE_FIELD, DECAY_FIELD) if f not in info.payload_schema]
         offset: models.ExtendedPointId | None = None
-        while True:
+        while DUE_FIELD in new:
             records, offset = await self._client.scroll(
                 self.collection, limit=1024, offset=offset, with_payload=True, with_vectors=False
             )
             fills = [
                 models.SetPayloadOperation(
-                    set_payload=models.SetPayload(payload=missing, points=[r.id])
+                    set_payload=models.SetPayload(payload={DUE_FIELD: times}, points=[r.id])
                 )
                 for r in records
-                if (missing := missing_derived(r.payload, indexed))
+                if (times := missing_due(r.payload))
             ]
             if fills:
                 await self._client.batch_update_points(self.collection, fills, wait=True)
@@ -417,11 +417,10 @@ class QdrantClientStore(LongTermStore):
                 warnings.filterwarnings(
                     "ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning
                 )
-            for name in DERIVED_FIELDS:
-                if name not in indexed:
-                    await self._client.create_payload_index(
-                        self.collection, name, models.PayloadSchemaType.FLOAT, wait=True
-                    )
+            for name in new:
+                await self._client.create_payload_index(
+                    self.collection, name, models.PayloadSchemaType.FLOAT, wait=True
+                )
 
     async def _ensure_indexes(self, name: str, indexes: tuple[tuple[str, bool], ...]) -> None:
         info = await self._client.get_collection(name)

@@ -51,6 +51,7 @@ from qdrant_edge import (
     Filter,
     FloatIndexParams,
     HnswIndexConfig,
+    IsEmptyCondition,
     KeywordIndexParams,
     MatchAny,
     MatchValue,
@@ -66,7 +67,6 @@ from qdrant_edge import (
 from schemas.memories import ConsolidatedMemory
 from stores.longterm import (
     DECAY_FIELD,
-    DERIVED_FIELDS,
     DUE_FIELD,
     MEMORY_JSON_FIELD,
     PAYLOAD_INDEXES,
@@ -80,7 +80,7 @@ from stores.longterm import (
     decay_until,
     due_range,
     from_payload,
-    missing_derived,
+    missing_due,
     owned_by,
     prepare_points,
     prepare_turn_points,
@@ -332,18 +332,19 @@ class QdrantEdgeStore(LongTermStore):
     # --- lifecycle -----------------------------------------------------------------
 
     async def ensure_collection(self, dim: int) -> None:
-        await self._index_derived(self._memories.ensure(dim))
+        shard = self._memories.ensure(dim)
+        await self._index_due(shard)
+        if DECAY_FIELD not in shard.info().payload_schema:  # not filled in: see `decay_due`
+            self._index_float(shard, DECAY_FIELD)
         self._archive.ensure(dim)
 
-    async def _index_derived(self, shard: EdgeShard) -> None:
-        """Index the `DERIVED_FIELDS`, filling them in first on memories stored before
-        they existed.
+    async def _index_due(self, shard: EdgeShard) -> None:
+        """Index `DUE_FIELD`, filling it in first on memories stored before it existed.
 
-        The indexes are created last, so they mark a finished backfill: a crash midway
+        The index is created last, so it marks a finished backfill: a crash midway
         backfills again on the next open (the writes are idempotent). One pass over the
         shard, once per store (~the cost of one old-style reminders scan)."""
-        indexed = [f for f in DERIVED_FIELDS if f in shard.info().payload_schema]
-        if len(indexed) == len(DERIVED_FIELDS):
+        if DUE_FIELD in shard.info().payload_schema:
             return
         filled = 0
         offset: PointId | None = None
@@ -352,19 +353,21 @@ class QdrantEdgeStore(LongTermStore):
                 ScrollRequest(offset=offset, limit=1024, with_payload=True, with_vector=False)
             )
             for record in records:
-                missing = missing_derived(record.payload, indexed)
-                if missing:
-                    shard.update(UpdateOperation.set_payload([record.id], missing))
+                times = missing_due(record.payload)
+                if times:
+                    shard.update(UpdateOperation.set_payload([record.id], {DUE_FIELD: times}))
                     filled += 1
             if offset is None:
                 break
             await asyncio.sleep(0)
-        # Cold like the keyword indexes: read through mmap, not held in RAM.
-        for name in DERIVED_FIELDS:
-            if name not in indexed:
-                cold = FloatIndexParams(memory=Memory.Cold)
-                shard.update(UpdateOperation.create_field_index(name, cold))
+        self._index_float(shard, DUE_FIELD)
         self._changed(shard, filled)
+
+    @staticmethod
+    def _index_float(shard: EdgeShard, name: str) -> None:
+        # Cold like the keyword indexes: read through mmap, not held in RAM.
+        cold = FloatIndexParams(memory=Memory.Cold)
+        shard.update(UpdateOperation.create_field_index(name, cold))
 
     async def ping(self) -> bool:
         try:
@@ -696,7 +699,8 @@ class QdrantEdgeStore(LongTermStore):
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "decay_due")
         behind = FieldCondition(DECAY_FIELD, range=RangeFloat(lte=decay_until(until)))
-        conditions = [*_owner_filter(tenant_id, user_id), behind]
+        unindexed = IsEmptyCondition(DECAY_FIELD)  # stored before the field existed
+        conditions = [*_owner_filter(tenant_id, user_id), Filter(should=[behind, unindexed])]
         records, next_offset = _page(self._open_existing(), conditions, limit, offset)
         return [from_payload(r.payload) for r in records], next_offset
 

@@ -23,7 +23,7 @@ import faust
 
 from memory.strength import StrengthParams, boost_all, decayed
 from memstream.metrics import Metrics
-from schemas import ConsolidatedMemory, Feedback
+from schemas import Feedback
 from stores.broker import Topics
 from stores.longterm import LongTermStore
 from stores.short_term import ShortTermState
@@ -91,17 +91,16 @@ class StrengthWorker:
                 return changed
 
     async def _decay_user(self, tenant: str, user: str, ids: list[str], now: datetime) -> int:
+        """Decay what the index read; how many changed. Every memory read is rewritten, the
+        unchanged ones too: a memory stored before `DECAY_FIELD` existed is read until a
+        rewrite stores its field (the few within the index's slack are rewritten as they are)."""
         async with self.locks(tenant, user):
-            # Re-read under the lock: a boost or a consolidation may have landed since the scan.
+            # Re-read under the lock: a boost or a consolidation may have landed since the read.
             fresh = await self.longterm.get_many(tenant, user, ids)
-            updated: list[ConsolidatedMemory] = []
-            for memory in fresh:
-                after = decayed(memory, now, self.params)
-                if after is not memory:
-                    updated.append(after)
-            if updated:
-                await self.longterm.rewrite(updated)
-        return len(updated)
+            after = [decayed(memory, now, self.params) for memory in fresh]
+            if after:
+                await self.longterm.rewrite(after)
+        return sum(a is not m for a, m in zip(after, fresh, strict=True))
 
 
 def tenant_users(member: str) -> list[tuple[str, str]]:

@@ -458,7 +458,7 @@ async def write_without_derived(store: LongTermStore, memory: ConsolidatedMemory
         await store._client.upsert(store.collection, [point], wait=True)
 
 
-async def test_ensure_collection_fills_in_derived_fields_of_older_memories(
+async def test_ensure_collection_fills_in_due_times_of_older_memories(
     store: LongTermStore,
 ) -> None:
     seeded = await seed_due(store)
@@ -466,13 +466,25 @@ async def test_ensure_collection_fills_in_derived_fields_of_older_memories(
     legacy = with_actions(memory_factory("acme", "u9", "k:legacy"), T0 - h)
     await write_without_derived(store, legacy)
     assert legacy not in await all_due(store, T0 - 2 * h, T0)
-    assert await all_behind(store, "acme", "u9", T0 + 48 * h) == []
     await store.ensure_collection(DIM)
     found = await all_due(store, T0 - 2 * h, T0)
     assert sorted(m.key for m in found) == ["k:legacy", "k:low", "k:now", "k:old"]
     assert await store.get("acme", "u9", legacy.memory_id) == legacy
     assert seeded["later"] in await all_due(store, T0 + 4 * h, T0 + 6 * h)
-    assert await all_behind(store, "acme", "u9", T0 + 48 * h) == [legacy]
+
+
+async def test_decay_due_reads_older_memories_until_a_rewrite_indexes_them(
+    store: LongTermStore,
+) -> None:
+    """`DECAY_FIELD` is not filled in on open (a write per memory): a memory stored before
+    it existed matches `decay_due` whatever its age, until a rewrite stores the field."""
+    legacy = memory_factory("acme", "u9", "k:legacy")  # created at T0
+    await write_without_derived(store, legacy)
+    await store.ensure_collection(DIM)
+    assert await all_behind(store, "acme", "u9", T0 - timedelta(days=30)) == [legacy]
+    assert await store.rewrite([legacy]) == 1
+    assert await all_behind(store, "acme", "u9", T0 - timedelta(days=30)) == []
+    assert await all_behind(store, "acme", "u9", T0) == [legacy]
 
 
 async def all_behind(
