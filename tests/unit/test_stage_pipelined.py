@@ -64,13 +64,20 @@ def pipeline(metrics: Metrics, log: list[str], gates: Gates) -> tuple[Stage, Any
     return s, prepare, publish
 
 
-async def test_the_next_batch_is_prepared_while_one_is_published_and_acks_wait(
-    metrics: Metrics,
-) -> None:
+def started(metrics: Metrics) -> tuple[list[str], Gates, Feed, asyncio.Future[None]]:
+    """The pipelined loop running over a feed: (what happened, in order; the gates; the
+    feed; the loop)."""
     log: list[str] = []
     gates, feed = Gates(), Feed(log)
     s, prepare, publish = pipeline(metrics, log, gates)
     loop = asyncio.ensure_future(s.run_pipelined(Feedback, prepare, publish, feed.batches()))
+    return log, gates, feed, loop
+
+
+async def test_the_next_batch_is_prepared_while_one_is_published_and_acks_wait(
+    metrics: Metrics,
+) -> None:
+    log, gates, feed, loop = started(metrics)
 
     feed.put("a", feedback(1), feedback(2))
     gates["prepare f1,f2"].set()
@@ -109,10 +116,7 @@ async def test_the_next_batch_is_prepared_while_one_is_published_and_acks_wait(
 async def test_an_idle_stage_publishes_and_acks_without_waiting_for_the_next_batch(
     metrics: Metrics,
 ) -> None:
-    log: list[str] = []
-    gates, feed = Gates(), Feed(log)
-    s, prepare, publish = pipeline(metrics, log, gates)
-    loop = asyncio.ensure_future(s.run_pipelined(Feedback, prepare, publish, feed.batches()))
+    log, gates, feed, loop = started(metrics)
     gates["prepare f1"].set()
     gates["publish f1"].set()
     feed.put("a", feedback(1))
@@ -125,10 +129,7 @@ async def test_an_idle_stage_publishes_and_acks_without_waiting_for_the_next_bat
 async def test_a_batch_with_nothing_valid_is_acked_after_the_batch_before_it(
     metrics: Metrics,
 ) -> None:
-    log: list[str] = []
-    gates, feed = Gates(), Feed(log)
-    s, prepare, publish = pipeline(metrics, log, gates)
-    loop = asyncio.ensure_future(s.run_pipelined(Feedback, prepare, publish, feed.batches()))
+    log, gates, feed, loop = started(metrics)
     gates["prepare f1"].set()
     feed.put("a", feedback(1))
     await turns()
@@ -144,10 +145,7 @@ async def test_a_batch_with_nothing_valid_is_acked_after_the_batch_before_it(
 async def test_a_batch_whose_publish_had_not_finished_at_a_stop_is_never_acked(
     metrics: Metrics,
 ) -> None:
-    log: list[str] = []
-    gates, feed = Gates(), Feed(log)
-    s, prepare, publish = pipeline(metrics, log, gates)
-    loop = asyncio.ensure_future(s.run_pipelined(Feedback, prepare, publish, feed.batches()))
+    log, gates, feed, loop = started(metrics)
     gates["prepare f1"].set()
     feed.put("a", feedback(1))
     feed.put("b", feedback(2))
