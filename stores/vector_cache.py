@@ -94,7 +94,7 @@ class UserVectors:
             return []
         # float32 and whatever BLAS's rounding: the candidates near the cut are re-scored
         # in float64 below. (memstream's processes run BLAS on one thread:
-        # ``memstream.runtime.one_blas_thread``.)
+        # ``memstream.runtime.tune_process_threads``.)
         rough: npt.NDArray[np.float32] = self.matrix[:n] @ query
         if limit < n:
             kth = np.partition(rough, n - limit)[n - limit]
