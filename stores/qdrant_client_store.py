@@ -235,12 +235,7 @@ class QdrantClientStore(LongTermStore):
         self, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "scan")
-        if not await self._ready():
-            return [], None
-        records, next_id = await self._client.scroll(
-            self.collection, limit=limit, offset=offset, with_payload=True, with_vectors=False
-        )
-        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+        return await self._page([], limit, offset)
 
     async def due_between(
         self, since: datetime, until: datetime, limit: int, offset: str | None = None

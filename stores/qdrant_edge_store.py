@@ -677,13 +677,8 @@ class QdrantEdgeStore(LongTermStore):
         self, limit: int, offset: str | None = None
     ) -> tuple[list[ConsolidatedMemory], str | None]:
         check_page(limit, offset, "scan")
-        shard = self._open_existing()
-        if shard is None:
-            return [], None
-        records, next_id = shard.scroll(
-            ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=False)
-        )
-        return [from_payload(r.payload) for r in records], None if next_id is None else str(next_id)
+        records, next_offset = _page(self._open_existing(), [], limit, offset)
+        return [from_payload(r.payload) for r in records], next_offset
 
     async def due_between(
         self, since: datetime, until: datetime, limit: int, offset: str | None = None
