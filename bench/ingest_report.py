@@ -177,7 +177,8 @@ def _latency(m: Measured) -> str:
             f"{lat['sent']} single events posted to `POST /v1/events` at "
             f"{lat['rate_per_s']:.1f}/s (half the measured throughput), open loop; the clock "
             "runs from each event's scheduled send time until its turn is in Valkey (where "
-            f"the retrieval RPC reads short-term turns; polled every 5 ms). {lat['arrived']} "
+            "the retrieval RPC reads short-term turns; told by Valkey's keyspace notifications, "
+            f"not polled). {lat['arrived']} "
             f"arrived; a sample asked back through `POST /v1/retrieve` by its own text came "
             f"back {lat['confirmed_by_retrieve']}.",
             "",
