@@ -40,10 +40,11 @@ class StartupError(RuntimeError):
 
 
 # The GIL switch interval of every memstream process (CPython's default: 5 ms). The event
-# loop releases the GIL on each socket call (Redis, Kafka, HTTP); getting it back meant
+# loop releases the GIL on each socket call (Redis, Kafka, HTTP); getting it back can mean
 # waiting out the consumer's or the encoder's threads for up to a whole interval, dozens of
-# times a batch (the convoy effect): under half load the loop stood still for 100-500 ms at
-# a time. Interleaved A/B at 70 events/s: event -> stored p50 553 -> 79-187 ms.
+# times a batch (the convoy effect). On a machine busy with other work the loop stood
+# still 100-500 ms at a time under half load (interleaved A/B at 70 events/s: event ->
+# stored p50 553 -> 79-187 ms); on a quiet machine the two intervals measure the same.
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
