@@ -313,7 +313,10 @@ async def latency_probes(
         for e in probes
     }
     all_seen = asyncio.Event()
-    await redis.config_set("notify-keyspace-events", "Kh")  # keyspace events of hash writes
+    # Keyspace events of hash writes, for this phase only: the scale-out runs after it share
+    # this Valkey, and it would build a notification for every write they make.
+    notify = (await redis.config_get("notify-keyspace-events"))["notify-keyspace-events"]
+    await redis.config_set("notify-keyspace-events", "Kh")
     pubsub = redis.pubsub()
     await pubsub.psubscribe(f"__keyspace@*__:{mem.prefix}:*:turn:*")
 
@@ -347,7 +350,10 @@ async def latency_probes(
             await asyncio.wait_for(all_seen.wait(), t0 + len(probes) / rate + 60 - time.monotonic())
         await asyncio.gather(*senders)
         listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
         await pubsub.aclose()
+        await redis.config_set("notify-keyspace-events", notify)
         stages, batch_mean = stage_deltas(before, await asyncio.to_thread(mem.metrics))
         confirmed = await _confirm(http, random.Random(7).sample(probes, min(20, len(probes))))
     await redis.aclose()
