@@ -42,15 +42,22 @@ Owner = tuple[str, str]  # (tenant_id, user_id)
 
 @dataclass
 class UserVectors:
-    """One user's memory ids and unit vectors, row for row (capacity grows by doubling)."""
+    """One user's memory ids and unit vectors, id ``i`` in column ``i`` (capacity grows by
+    doubling).
+
+    Column per point, not row: ``query @ matrix`` is BLAS's axpy-style gemv, which streams
+    the matrix; the row-major product is its dot-per-row gemv, which on one BLAS thread
+    (memstream's setting) ran 4x slower once a user's vectors outgrew the cache (10k x 384
+    float32 on an AMD EPYC: p50 2.0 -> 0.49 ms; 1k: 0.038 -> 0.034 ms).
+    """
 
     dim: int
     ids: list[str] = field(default_factory=list)
-    rows: dict[str, int] = field(default_factory=dict)
-    matrix: npt.NDArray[np.float32] = field(init=False)
+    rows: dict[str, int] = field(default_factory=dict)  # id -> its column
+    matrix: npt.NDArray[np.float32] = field(init=False)  # (dim, capacity)
 
     def __post_init__(self) -> None:
-        self.matrix = np.zeros((0, self.dim), dtype=np.float32)
+        self.matrix = np.zeros((self.dim, 0), dtype=np.float32)
 
     @property
     def nbytes(self) -> int:
@@ -67,18 +74,18 @@ class UserVectors:
             row = self.rows.get(point_id)
             if row is None:
                 row = len(self.ids)
-                if row == len(self.matrix):
-                    grown = np.zeros((max(16, 2 * row), self.dim), dtype=np.float32)
-                    grown[:row] = self.matrix[:row]
+                if row == self.matrix.shape[1]:
+                    grown = np.zeros((self.dim, max(16, 2 * row)), dtype=np.float32)
+                    grown[:, :row] = self.matrix[:, :row]
                     self.matrix = grown
                 self.rows[point_id] = row
                 self.ids.append(point_id)
-            self.matrix[row] = vector
+            self.matrix[:, row] = vector
 
     def trim(self) -> None:
         """Give back the spare capacity (a loaded user is rarely written again soon)."""
-        if len(self.matrix) > len(self.ids):
-            self.matrix = self.matrix[: len(self.ids)].copy()
+        if self.matrix.shape[1] > len(self.ids):
+            self.matrix = self.matrix[:, : len(self.ids)].copy()
 
     def top(self, query: npt.NDArray[np.float32], limit: int) -> list[tuple[str, float]]:
         """The ``limit`` best (id, cosine), best first, ties by id (as ``QdrantEdgeStore``
@@ -95,13 +102,14 @@ class UserVectors:
         # float32 and whatever BLAS's rounding: the candidates near the cut are re-scored
         # in float64 below. (memstream's processes run BLAS on one thread:
         # ``memstream.runtime.tune_process_threads``.)
-        rough: npt.NDArray[np.float32] = self.matrix[:n] @ query
+        rough: npt.NDArray[np.float32] = query @ self.matrix[:, :n]
         if limit < n:
             kth = np.partition(rough, n - limit)[n - limit]
             picked = np.flatnonzero(rough >= kth - SCORE_MARGIN)
         else:
             picked = np.arange(n)
-        exact = (self.matrix[picked].astype(np.float64) * query.astype(np.float64)).sum(axis=1)
+        candidates = self.matrix[:, picked].T.astype(np.float64)  # (picked, dim), C order
+        exact = (candidates * query.astype(np.float64)).sum(axis=1)
         found = sorted((-float(exact[j]), self.ids[i]) for j, i in enumerate(picked))[:limit]
         return [(point_id, -minus) for minus, point_id in found]
 
