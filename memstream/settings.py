@@ -223,6 +223,8 @@ class RPCSettings(_Section):
     # memory (~4 KB a turn with MiniLM: a 10k-turn user is ~40 MB).
     turn_cache_users: int = 256
     turn_cache_mb: float = 1024.0
+    # A retrieval slower than this logs a warning with when each of its steps finished.
+    slow_retrieval_ms: float = 250.0
 
 
 ENV_PREFIX = "MEMSTREAM_"

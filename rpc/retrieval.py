@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ from stores.longterm import LongTermStore, ScoredMemory
 from stores.short_term import ShortTermState
 from stores.text_encoder import TextEncoder, TokenCounter
 from stores.turn_index import TurnIndex, UserTurns
+
+log = logging.getLogger("memstream.rpc")
+SLOW_LOG_INTERVAL_S = 1.0
 
 
 class QueryEncoder:
@@ -153,6 +157,9 @@ class Retriever:
     turn_cache_users: int = 256
     turn_cache_bytes: int = 1 << 30  # the turn index's memory budget (stores/turn_index.py)
     short_term_mode: ShortTermMode = "flat"
+    # A retrieval slower than this logs when each of its steps finished (0 = never): the
+    # phase histograms say that a tail exists, this line says which step made it.
+    slow_ms: float = 250.0
 
     def __post_init__(self) -> None:
         self.count_tokens = TokenCounter(self.queries.encoder)
@@ -164,9 +171,12 @@ class Retriever:
             max_bytes=self.turn_cache_bytes,
         )
         self._memory_texts: dict[tuple[str, int, datetime], str] = {}
+        self._slow_logged_at = -SLOW_LOG_INTERVAL_S
+        self._slow_unlogged = 0
 
     async def retrieve(self, tenant_id: str, request: RetrieveRequest) -> RetrieveResponse:
         started = time.perf_counter()
+        marks: dict[str, float] = {}  # step -> when it finished (perf_counter)
         user = request.user_id
         # The reads that need no vector go while the query encodes (the encoder runs off
         # the loop): the turn index's Redis round trip, the key lookup, the clusters.
@@ -177,13 +187,17 @@ class Retriever:
                 encoding = asyncio.ensure_future(self.queries.encode(request.query))
                 try:
                     keys, keyed, clusters = await self._unvectored(tenant_id, request)
+                    marks["lookups"] = time.perf_counter()
                 finally:
                     vector = await encoding
             else:
                 keys, keyed, clusters = await self._unvectored(tenant_id, request)
-            encoded_at = time.perf_counter()
+                marks["lookups"] = time.perf_counter()
+            encoded_at = marks["vector"] = time.perf_counter()
             scored = await self.longterm.search(tenant_id, user, vector, request.top_k)
+            marks["search"] = time.perf_counter()
             turns = await turns_read
+            marks["turns"] = time.perf_counter()
         finally:
             if not turns_read.done():
                 turns_read.cancel()  # only when something above failed
@@ -196,6 +210,7 @@ class Retriever:
             # pulls the dense side toward turns that mention the person.
             turn_vector = await self.queries.encode(strip_names(request.query, named))
             turns = await self.turn_index.get(tenant_id, user)
+            marks["names"] = time.perf_counter()
         # No await from here to the ranking: ``turns.lexical`` is shared with later syncs.
         candidates = self._candidates(
             request, vector, keys, turns, scored, keyed, clusters, turn_vector
@@ -203,11 +218,14 @@ class Retriever:
         fetched_at = time.perf_counter()
         self.metrics.retrieval_latency.labels("fetch").observe(fetched_at - encoded_at)
 
+        marks["scored"] = fetched_at
         ranked = rank(candidates, request.top_k, exploration_share=self.params.exploration_share)
         context, used = self._assemble(ranked, request.budget_tokens)
-        done = time.perf_counter()
+        done = marks["ranked"] = time.perf_counter()
         self.metrics.retrieval_latency.labels("rank").observe(done - fetched_at)
         self.metrics.retrieval_latency.labels("total").observe(done - started)
+        if self.slow_ms and (done - started) * 1000 > self.slow_ms:
+            self._log_slow(started, marks, len(turns.ids), len(scored))
         return RetrieveResponse(
             items=[
                 RetrievedItem(
@@ -225,6 +243,21 @@ class Retriever:
             context_tokens=self.count_tokens(context) if context else 0,
             took_ms=round((done - started) * 1000, 3),
         )
+
+    def _log_slow(self, started: float, marks: dict[str, float], turns: int, found: int) -> None:
+        """One line a second at most: under overload every retrieval is slow, and the
+        first one of each second says as much as all of them."""
+        self._slow_unlogged += 1
+        if started - self._slow_logged_at < SLOW_LOG_INTERVAL_S:
+            return
+        steps = ", ".join(f"{k} {(t - started) * 1000:.1f}" for k, t in marks.items())
+        log.warning(
+            "slow retrieval: %.1f ms, steps done at (ms): %s; %d turns, %d memories "
+            "(%d slow retrievals since the last line)",
+            (marks["ranked"] - started) * 1000, steps, turns, found, self._slow_unlogged,
+        )  # fmt: skip
+        self._slow_logged_at = started
+        self._slow_unlogged = 0
 
     def _assemble(
         self, ranked: list[tuple[Candidate, float]], budget: int

@@ -50,6 +50,7 @@ async def start_api(
         short_term_mode=settings.rpc.short_term_mode,
         turn_cache_users=settings.rpc.turn_cache_users,
         turn_cache_bytes=int(settings.rpc.turn_cache_mb * 2**20),
+        slow_ms=settings.rpc.slow_retrieval_ms,
     )
     feedback = FeedbackSink(publisher, settings.topic("feedback"))
     api = create_api(

@@ -217,3 +217,26 @@ async def test_the_reads_that_need_no_vector_run_while_the_query_encodes(
     await asyncio.sleep(0)
     pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert all(t.done() for t in pending)  # nothing of the failed retrieval left running
+
+
+async def test_a_slow_retrieval_logs_when_each_step_finished(
+    state: FakeShortTermState, longterm: LongTermStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    query = RetrieveRequest(user_id=USER, query="cracked blender jug")
+    quiet = retriever(state, longterm)  # the default threshold: far above this retrieval
+    with caplog.at_level("WARNING", logger="memstream.rpc"):
+        await quiet.retrieve(TENANT, query)
+    assert not caplog.records
+    slow = retriever(state, longterm)
+    slow.slow_ms = 1e-6  # every retrieval is over it
+    with caplog.at_level("WARNING", logger="memstream.rpc"):
+        for _ in range(3):  # within a second: one line, not three
+            await slow.retrieve(TENANT, query)
+        slow._slow_logged_at -= 1.0  # as if a second went by
+        await slow.retrieve(TENANT, query)
+    first, second = (record.getMessage() for record in caplog.records)
+    assert first.startswith("slow retrieval: ")
+    steps = ["lookups", "vector", "search", "turns", "scored", "ranked"]
+    assert [s for s in steps if f"{s} " in first] == steps
+    assert "4 turns, 0 memories (1 slow retrievals since the last line)" in first
+    assert "(3 slow retrievals since the last line)" in second
