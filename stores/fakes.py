@@ -264,8 +264,8 @@ class FakeShortTermState:
     async def turns_written(self, tenant_id: str, user_id: str) -> int:
         return self._peek(tenant_id, user_id).tall
 
-    async def newest_event(self, tenant_id: str, user_id: str) -> float | None:
-        return self._peek(tenant_id, user_id).newest
+    async def newest_events(self, users: Sequence[tuple[str, str]]) -> list[float | None]:
+        return [self._peek(tenant_id, user_id).newest for tenant_id, user_id in users]
 
     async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None:
         return self._peek(tenant_id, user_id).tver

@@ -671,9 +671,11 @@ class RedisState:
         raw = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "tall")
         return int(raw or 0)
 
-    async def newest_event(self, tenant_id: str, user_id: str) -> float | None:
-        raw = await self.redis.hget(self._key(tenant_id, user_id, "meta"), "newest")
-        return float(raw) if raw is not None else None
+    async def newest_events(self, users: Sequence[tuple[str, str]]) -> list[float | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant_id, user_id in users:
+            pipe.hget(self._key(tenant_id, user_id, "meta"), "newest")
+        return [float(raw) if raw is not None else None for raw in await pipe.execute()]
 
     # -- retrieval's turn index and forgetting (the RPC) -----------------------------------
 

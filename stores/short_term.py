@@ -128,9 +128,10 @@ class ShortTermState(Protocol):
 
     async def turns_written(self, tenant_id: str, user_id: str) -> int: ...
 
-    async def newest_event(self, tenant_id: str, user_id: str) -> float | None:
-        """The event time (epoch seconds) of the user's newest turn: the user's clock for
-        strength decay and recency. None before any turn, or after a forget."""
+    async def newest_events(self, users: Sequence[tuple[str, str]]) -> list[float | None]:
+        """Each (tenant, user)'s newest turn's event time (epoch seconds), in the order asked,
+        read in one round trip: the user's clock for strength decay and recency. None before
+        any turn, or after a forget."""
         ...
 
     # -- the RPC's turn index

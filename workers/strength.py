@@ -33,6 +33,7 @@ from workers.locks import UserLocks
 FEEDBACK_STAGE = "feedback"
 DECAY_STAGE = "decay"
 SCAN_PAGE = 256
+USERS_PAGE = 512  # users whose clocks the decay pass reads in one round trip
 
 
 def feedback_id(feedback: Feedback) -> str:
@@ -68,9 +69,11 @@ class StrengthWorker:
         repeated run). Users without short-term state (none yet, or forgotten) have no
         clock, so their memories wait, as they did when this pass scanned every memory."""
         changed = 0
-        for member in await self.state.users():
-            for tenant, user in tenant_users(member):
-                newest = await self.state.newest_event(tenant, user)
+        users = [pair for member in await self.state.users() for pair in tenant_users(member)]
+        for start in range(0, len(users), USERS_PAGE):
+            page = users[start : start + USERS_PAGE]
+            clocks = await self.state.newest_events(page)
+            for (tenant, user), newest in zip(page, clocks, strict=True):
                 if newest is not None:
                     changed += await self._decay_behind(
                         tenant, user, datetime.fromtimestamp(newest, UTC)

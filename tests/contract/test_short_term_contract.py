@@ -147,6 +147,23 @@ async def test_turn_version_is_fresh_on_every_write_and_tall_counts_distinct_tur
     assert await state.timeline_ids(TENANT, USER) == ["e1", "e2"]
 
 
+async def test_newest_events_are_each_users_clock_in_the_order_asked(
+    make_state: MakeState,
+) -> None:
+    state = make_state()
+    await state.apply(TENANT, USER, update(turn("e1", timedelta(minutes=5))))
+    await state.apply(TENANT, USER, update(turn("e0", timedelta(0))))  # older, arrived later
+    await state.apply(TENANT, OTHER, update(turn("x1", timedelta(hours=1))))
+    asked = [(TENANT, OTHER), ("globex", USER), (TENANT, USER), (TENANT, "nobody")]
+    assert await state.newest_events(asked) == [
+        (T0 + timedelta(hours=1)).timestamp(),
+        None,  # the same user id of another tenant has no clock
+        (T0 + timedelta(minutes=5)).timestamp(),
+        None,
+    ]
+    assert await state.newest_events([]) == []
+
+
 async def test_turns_in_the_order_asked_and_the_timeline_in_time_order(
     make_state: MakeState,
 ) -> None:
@@ -382,7 +399,7 @@ async def _observed(state: ShortTermState, user: str, n: int) -> dict[str, objec
         "timeline": await state.timeline_ids(TENANT, user),
         "turns": [(h.turn, h.vector.tobytes()) for h in hot],
         "written": await state.turns_written(TENANT, user),
-        "newest": await state.newest_event(TENANT, user),
+        "newest": (await state.newest_events([(TENANT, user)]))[0],
         "pending": [(p.event_id, p.vector.tobytes()) for p in snap.pending],
         "keys": snap.keys,
         "version": snap.cluster_version[1],
@@ -512,6 +529,6 @@ async def test_apply_users_evicts_like_one_by_one_over_random_histories(
             assert await batched.turns_written(TENANT, user) == await one_by_one.turns_written(
                 TENANT, user
             )
-            assert await batched.newest_event(TENANT, user) == await one_by_one.newest_event(
-                TENANT, user
+            assert await batched.newest_events([(TENANT, user)]) == (
+                await one_by_one.newest_events([(TENANT, user)])
             )
