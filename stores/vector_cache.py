@@ -53,7 +53,7 @@ class UserVectors:
 
     dim: int
     ids: list[str] = field(default_factory=list)
-    rows: dict[str, int] = field(default_factory=dict)  # id -> its column
+    columns: dict[str, int] = field(default_factory=dict)  # id -> its column in ``matrix``
     matrix: npt.NDArray[np.float32] = field(init=False)  # (dim, capacity)
 
     def __post_init__(self) -> None:
@@ -71,16 +71,16 @@ class UserVectors:
     def put(self, ids: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
         """Set the vectors of ``ids`` (a known id is overwritten, a new one appended)."""
         for point_id, vector in zip(ids, vectors, strict=True):
-            row = self.rows.get(point_id)
-            if row is None:
-                row = len(self.ids)
-                if row == self.matrix.shape[1]:
-                    grown = np.zeros((self.dim, max(16, 2 * row)), dtype=np.float32)
-                    grown[:, :row] = self.matrix[:, :row]
+            column = self.columns.get(point_id)
+            if column is None:
+                column = len(self.ids)
+                if column == self.matrix.shape[1]:
+                    grown = np.zeros((self.dim, max(16, 2 * column)), dtype=np.float32)
+                    grown[:, :column] = self.matrix[:, :column]
                     self.matrix = grown
-                self.rows[point_id] = row
+                self.columns[point_id] = column
                 self.ids.append(point_id)
-            self.matrix[:, row] = vector
+            self.matrix[:, column] = vector
 
     def trim(self) -> None:
         """Give back the spare capacity (a loaded user is rarely written again soon)."""
@@ -91,7 +91,7 @@ class UserVectors:
         """The ``limit`` best (id, cosine), best first, ties by id (as ``QdrantEdgeStore``
         orders Edge's hits).
 
-        One float32 pass ranks every row; it only picks candidates, those within
+        One float32 pass ranks every point; it only picks candidates, those within
         ``SCORE_MARGIN`` of the ``limit``-th best. The candidates are then scored again
         in float64: those scores, and so the answer, do not depend on how the float32
         pass rounded.
