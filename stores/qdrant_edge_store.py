@@ -21,8 +21,9 @@ takes ~0.3 ms; bulk writes are cut into batches with a yield between them.
 `search` and `find_by_keys` memoise parsed memories by their stored JSON (the same few
 memories come back query after query). `search` ranks a cached user's vectors in numpy
 (`stores.vector_cache`; loaded in the background on a user's first search) and reads only
-the top-k payloads. Every write that adds, re-vectors or deletes memory points updates that
-cache (`_wrote`, `_vectors.drop`): a new writer of points must too.
+the top-k payloads it has not read since their last write (`_hits`, by point id). Every
+write that adds, re-vectors or deletes memory points updates both caches (`_wrote`,
+`_vectors.drop`, `_forget_hits`): a new writer of points must too.
 
 One process at a time may open a shard directory (Edge locks its WAL).
 """
@@ -300,6 +301,10 @@ class QdrantEdgeStore(LongTermStore):
         self.path = Path(path)
         self._batch_size = batch_size
         self._parsed: OrderedDict[str, ConsolidatedMemory] = OrderedDict()
+        # The cached search's hits by point id, with their owner: a hit read again needs no
+        # payload read from the shard. Exact like the vector cache: every write of a memory
+        # point forgets its id here (``_forget_hits``).
+        self._hits: OrderedDict[str, tuple[Owner, ConsolidatedMemory]] = OrderedDict()
         # Users' vectors for numpy top-k (stores/vector_cache.py). Every write that adds,
         # re-vectors or deletes memory points must tell it (``_wrote`` / ``drop``).
         self._vectors = VectorCache(vector_cache_bytes)
@@ -386,6 +391,7 @@ class QdrantEdgeStore(LongTermStore):
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.gather(*loads, return_exceptions=True)
         self._vectors.clear()
+        self._hits.clear()
         try:
             self._memories.close()
         finally:
@@ -447,6 +453,7 @@ class QdrantEdgeStore(LongTermStore):
         latest = {m.memory_id: m for m in memories if canonical_id(m.memory_id) is not None}
         if shard is None or not latest:
             return 0
+        self._forget_hits(list(latest))
         records = shard.retrieve(list(latest), with_payload=True, with_vector=False)
         written = 0
         for record in records:
@@ -465,6 +472,7 @@ class QdrantEdgeStore(LongTermStore):
         owner = Filter(must=_owner_filter(tenant_id, user_id))
         found = shard.count(CountRequest(exact=True, filter=owner))
         self._vectors.drop((tenant_id, user_id))
+        self._forget_hits(owner=(tenant_id, user_id))
         self._too_big.pop((tenant_id, user_id), None)
         self._small.pop((tenant_id, user_id), None)
         if found:
@@ -545,19 +553,44 @@ class QdrantEdgeStore(LongTermStore):
         top = cached.top(q / norm, limit)  # stored vectors are unit: the dot is the cosine
         if not top:
             return []
-        ids: list[PointId] = [i for i, _ in top]
-        records = shard.retrieve(ids, with_payload=True, with_vector=False)
+        known = {i: self._known_hit(owner, i) for i, _ in top}
+        missing: list[PointId] = [i for i, memory in known.items() if memory is None]
+        records = shard.retrieve(missing, with_payload=True, with_vector=False) if missing else []
         payloads = {str(r.id): r.payload for r in records}
         found = []
         for point_id, score in top:
-            payload = payloads.get(point_id)
-            if payload is None or not owned_by(payload, *owner):
-                # Never expected: the cache missed a write. Edge answers, the entry goes.
-                log.warning("search cache of %s/%s was stale; dropped", *owner)
-                self._vectors.drop(owner)
-                return None
-            found.append(ScoredMemory(self._memory(payload), score))
+            memory = known[point_id]
+            if memory is None:
+                payload = payloads.get(point_id)
+                if payload is None or not owned_by(payload, *owner):
+                    # Never expected: the cache missed a write. Edge answers, the entry goes.
+                    log.warning("search cache of %s/%s was stale; dropped", *owner)
+                    self._vectors.drop(owner)
+                    return None
+                memory = self._memory(payload)
+                self._remember_hit(owner, point_id, memory)
+            found.append(ScoredMemory(memory, score))
         return found
+
+    def _known_hit(self, owner: Owner, point_id: str) -> ConsolidatedMemory | None:
+        hit = self._hits.get(point_id)
+        if hit is None or hit[0] != owner:
+            return None
+        self._hits.move_to_end(point_id)
+        return hit[1]
+
+    def _remember_hit(self, owner: Owner, point_id: str, memory: ConsolidatedMemory) -> None:
+        self._hits[point_id] = (owner, memory)
+        if len(self._hits) > PARSED_MEMORIES:
+            self._hits.popitem(last=False)
+
+    def _forget_hits(self, point_ids: Sequence[str] = (), owner: Owner | None = None) -> None:
+        """Points were written (``point_ids``) or all of ``owner``'s deleted."""
+        for point_id in point_ids:
+            self._hits.pop(point_id, None)
+        if owner is not None:
+            for point_id in [i for i, (o, _) in self._hits.items() if o == owner]:
+                del self._hits[point_id]
 
     def _load_vectors(self, owner: Owner) -> None:
         """Start reading ``owner``'s vectors into the cache in the background (if room)."""
@@ -618,6 +651,7 @@ class QdrantEdgeStore(LongTermStore):
     def _wrote(self, shard: EdgeShard, written: Sequence[tuple[str, str, str]]) -> None:
         """Points (tenant, user, id) were upserted: their users' cached vectors become what
         the shard now holds (read back: Edge's normalised floats exactly)."""
+        self._forget_hits([point_id for _, _, point_id in written])
         by_owner: dict[Owner, list[str]] = {}
         for tenant_id, user_id, point_id in written:
             by_owner.setdefault((tenant_id, user_id), []).append(point_id)

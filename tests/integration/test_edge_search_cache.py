@@ -119,6 +119,28 @@ async def test_writes_are_seen_by_the_next_search(store: QdrantEdgeStore) -> Non
     assert [h.memory for h in await store.search("acme", "u1", query, 5)] == [new]
 
 
+async def test_hits_read_again_come_from_memory_until_written(store: QdrantEdgeStore) -> None:
+    rng = np.random.default_rng(4)
+    pairs = _memories("acme", "u1", 30, rng) + _memories("acme", "u2", 30, rng)
+    await store.upsert(pairs)
+    await _loaded(store, "acme", "u1")
+    query = pairs[3][1]
+    first = await store.search("acme", "u1", query, 5)
+    again = await store.search("acme", "u1", query, 5)
+    assert [h.memory for h in again] == [h.memory for h in first]
+    assert all(a.memory is f.memory for a, f in zip(again, first, strict=True))  # not re-read
+    assert {o for o, _ in store._hits.values()} == {("acme", "u1")}
+    # Each write forgets what it wrote: a rewrite, an upsert, a forget of the whole user.
+    await store.rewrite([first[0].memory.model_copy(update={"title": "Rewritten"})])
+    assert first[0].memory.memory_id not in store._hits
+    await store.upsert([(first[1].memory.model_copy(update={"title": "Again"}), query)])
+    assert first[1].memory.memory_id not in store._hits
+    titles = {h.memory.title for h in await store.search("acme", "u1", query, 2)}
+    assert titles == {"Rewritten", "Again"}
+    await store.delete_user("acme", "u1")
+    assert not store._hits
+
+
 async def test_no_other_owners_memory_ever_comes_back(store: QdrantEdgeStore) -> None:
     """The same user id in two tenants, two users of one tenant, the same vectors in all."""
     rng = np.random.default_rng(3)
