@@ -563,9 +563,11 @@ class QdrantEdgeStore(LongTermStore):
             if memory is None:
                 payload = payloads.get(point_id)
                 if payload is None or not owned_by(payload, *owner):
-                    # Never expected: the cache missed a write. Edge answers, the entry goes.
+                    # Never expected: the caches missed a write. Edge answers, both forget
+                    # the owner (the hits are kept exact by the same writes as the vectors).
                     log.warning("search cache of %s/%s was stale; dropped", *owner)
                     self._vectors.drop(owner)
+                    self._forget_hits(owner=owner)
                     return None
                 memory = self._memory(payload)
                 self._remember_hit(owner, point_id, memory)
