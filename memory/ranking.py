@@ -125,7 +125,7 @@ def lift_neighbours(
     out = rel.copy()
     if rel.size == 0:
         return out
-    floor = float(np.quantile(rel, own_quantile)) if own_quantile > 0 else -np.inf
+    floor = linear_quantile(rel, own_quantile) if own_quantile > 0 else -np.inf
     for seed in np.argsort(-rel, kind="stable")[: max(seeds, 0)]:
         if rel[int(seed)] < seed_min:
             break  # seeds come best first: none after this one qualifies either
@@ -134,6 +134,24 @@ def lift_neighbours(
             if rel[j] >= floor:
                 out[j] = max(out[j], lifted)
     return out
+
+
+def linear_quantile(values: FloatArray, q: float) -> float:
+    """``float(np.quantile(values, q))`` bit for bit (numpy's default "linear" method) for
+    NaN-free ``values`` and ``q`` in [0, 1], from one partition: np.quantile's general
+    machinery cost ~0.2 ms on the retrieval's 500 turns, every query."""
+    n = values.size
+    if n == 0:
+        raise ValueError("the quantile of no values")
+    virtual = (n - 1) * q  # numpy's virtual index, its interpolation below
+    if virtual >= n - 1:
+        return float(values.max())
+    low = int(np.floor(virtual))
+    part = np.partition(values, (low, low + 1))
+    below, above = float(part[low]), float(part[low + 1])
+    gamma = virtual - low
+    diff = above - below
+    return above - diff * (1 - gamma) if gamma >= 0.5 else below + diff * gamma
 
 
 def strength_factor(strength: float, span: float = 0.25) -> float:

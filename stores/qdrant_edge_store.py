@@ -21,9 +21,11 @@ takes ~0.3 ms; bulk writes are cut into batches with a yield between them.
 `search` and `find_by_keys` memoise parsed memories by their stored JSON (the same few
 memories come back query after query). `search` ranks a cached user's vectors in numpy
 (`stores.vector_cache`; loaded in the background on a user's first search) and reads only
-the top-k payloads it has not read since their last write (`_hits`, by point id). Every
-write that adds, re-vectors or deletes memory points updates both caches (`_wrote`,
-`_vectors.drop`, `_forget_hits`): a new writer of points must too.
+the top-k payloads it has not read since their last write (`_hits`, by point id);
+`find_by_keys` of a cached user takes its matches from the same cache's key index. Every
+write that adds, re-vectors, re-keys or deletes memory points updates both caches
+(`_wrote`, `_vectors.rekey`, `_vectors.drop`, `_forget_hits`): a new writer of points
+must too.
 
 One process at a time may open a shard directory (Edge locks its WAL).
 """
@@ -174,6 +176,11 @@ def _best(hits: list[ScoredMemory], limit: int) -> list[ScoredMemory]:
     """The top ``limit``, best first, ties by memory id: one order whichever points Edge
     scored (its own order among equal scores follows its storage, not the query)."""
     return sorted(hits, key=lambda h: (-h.score, h.memory.memory_id))[:limit]
+
+
+def _keys(records: Sequence[Any]) -> list[list[str]]:
+    """Each record's lookup keys (its payload's ``keys``)."""
+    return [list((r.payload or {}).get("keys") or ()) for r in records]
 
 
 def _owner_filter(tenant_id: str | None, user_id: str | None) -> list[ConditionType]:
@@ -461,6 +468,9 @@ class QdrantEdgeStore(LongTermStore):
             if owned_by(record.payload, memory.tenant_id, memory.user_id):
                 payload = to_compact_payload(memory)
                 shard.update(UpdateOperation.overwrite_payload([memory.memory_id], payload))
+                self._vectors.rekey(
+                    (memory.tenant_id, memory.user_id), memory.memory_id, payload["keys"]
+                )
                 written += 1
         self._changed(shard, written)
         return written
@@ -553,25 +563,42 @@ class QdrantEdgeStore(LongTermStore):
         top = cached.top(q / norm, limit)  # stored vectors are unit: the dot is the cosine
         if not top:
             return []
-        known = {i: self._known_hit(owner, i) for i, _ in top}
+        found = self._cached_memories(shard, owner, [i for i, _ in top])
+        if found is None:
+            return None
+        return [ScoredMemory(found[i], score) for i, score in top]
+
+    def _keyed_cached(
+        self, shard: EdgeShard, owner: Owner, point_ids: list[str]
+    ) -> list[ConsolidatedMemory] | None:
+        """The memories of ``point_ids`` (the cache's key match, in scroll order); None
+        (and the owner's caches dropped) if the shard disagrees, so Edge answers instead."""
+        found = self._cached_memories(shard, owner, point_ids)
+        return None if found is None else [found[i] for i in point_ids]
+
+    def _cached_memories(
+        self, shard: EdgeShard, owner: Owner, point_ids: Sequence[str]
+    ) -> dict[str, ConsolidatedMemory] | None:
+        """The owner's memories of ``point_ids``, from the kept hits, else read from the
+        shard and kept; None (and the owner's caches dropped) if one is not the owner's
+        there: the caches missed a write (never expected)."""
+        known = {i: self._known_hit(owner, i) for i in point_ids}
         missing: list[PointId] = [i for i, memory in known.items() if memory is None]
         records = shard.retrieve(missing, with_payload=True, with_vector=False) if missing else []
         payloads = {str(r.id): r.payload for r in records}
-        found = []
-        for point_id, score in top:
-            memory = known[point_id]
+        found: dict[str, ConsolidatedMemory] = {}
+        for point_id, memory in known.items():
             if memory is None:
                 payload = payloads.get(point_id)
                 if payload is None or not owned_by(payload, *owner):
-                    # Never expected: the caches missed a write. Edge answers, both forget
-                    # the owner (the hits are kept exact by the same writes as the vectors).
+                    # The hits are kept exact by the same writes as the vectors: both go.
                     log.warning("search cache of %s/%s was stale; dropped", *owner)
                     self._vectors.drop(owner)
                     self._forget_hits(owner=owner)
                     return None
                 memory = self._memory(payload)
                 self._remember_hit(owner, point_id, memory)
-            found.append(ScoredMemory(memory, score))
+            found[point_id] = memory
         return found
 
     def _known_hit(self, owner: Owner, point_id: str) -> ConsolidatedMemory | None:
@@ -621,13 +648,13 @@ class QdrantEdgeStore(LongTermStore):
                         offset=offset,
                         limit=VECTOR_PAGE,
                         filter=where,
-                        with_payload=False,
+                        with_payload=["keys"],
                         with_vector=True,
                     )
                 )
                 if records:
                     vectors = np.asarray([r.vector for r in records], dtype=np.float32)
-                    entry.put([str(r.id) for r in records], vectors)
+                    entry.put([str(r.id) for r in records], vectors, _keys(records))
                 if entry.trimmed_nbytes > self._vectors.max_bytes:
                     self._too_big[owner] = None
                     if len(self._too_big) > TOO_BIG_KEPT:
@@ -669,7 +696,7 @@ class QdrantEdgeStore(LongTermStore):
             records = shard.retrieve(point_ids, with_payload=True, with_vector=True)
             mine = [r for r in records if owned_by(r.payload, *owner)]
             vectors = np.asarray([r.vector for r in mine], dtype=np.float32)
-            self._vectors.put(owner, [str(r.id) for r in mine], vectors)
+            self._vectors.put(owner, [str(r.id) for r in mine], vectors, _keys(mine))
 
     def _memory(self, payload: dict[str, Any] | None) -> ConsolidatedMemory:
         """``from_payload``, memoised by the stored JSON (the same few memories come back
@@ -693,6 +720,12 @@ class QdrantEdgeStore(LongTermStore):
         shard = self._open_existing()
         if shard is None or not keys or limit <= 0:
             return []
+        owner = (tenant_id, user_id)
+        cached = self._vectors.get(owner)
+        if cached is not None:
+            found = self._keyed_cached(shard, owner, cached.with_keys(keys)[:limit])
+            if found is not None:
+                return found
         conditions = _owner_filter(tenant_id, user_id)
         conditions.append(FieldCondition("keys", match=MatchAny(list(dict.fromkeys(keys)))))
         records, _ = shard.scroll(

@@ -1,4 +1,5 @@
-"""The Edge store's in-process copy of its users' memory vectors, for exact top-k in numpy.
+"""The Edge store's in-process copy of its users' memory vectors (for exact top-k in
+numpy) and lookup keys (for ``find_by_keys`` without a filtered scroll).
 
 Qdrant Edge's user-filtered search walks the payload index and scores each point from its
 mmapped vectors: ~1.1-2 ms for a 10k-memory user in a 1M store here (scoring only a
@@ -12,12 +13,12 @@ Edge's own stored float32 vectors: they differ from Edge's float32 ones by round
 What is cached is what the shard holds (the vectors are read back from it, never taken
 from a caller). The cache is kept exact by the store itself: one process owns an Edge
 shard, so every write goes through its ``QdrantEdgeStore``, which tells this cache about
-every point it adds, re-vectors or deletes (``put`` / ``drop``); a load that a write
-overlapped is thrown away (``begin`` / ``store``). Entries are keyed by (tenant, user),
-and an entry only holds the points a tenant-and-user-filtered scroll returned; every
-payload read back is checked to be the owner's again.
+every point it adds, re-vectors, re-keys or deletes (``put`` / ``rekey`` / ``drop``); a
+load that a write overlapped is thrown away (``begin`` / ``store``). Entries are keyed by
+(tenant, user), and an entry only holds the points a tenant-and-user-filtered scroll
+returned; every payload read back is checked to be the owner's again.
 
-Bounded by memory (``max_bytes``, an estimate per user: its matrix plus its ids), least
+Bounded by memory (``max_bytes``, an estimate per user: its matrix, ids and keys), least
 recently searched users out first; a user over the whole budget is not cached.
 """
 
@@ -30,8 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-# Bytes per cached point beyond its vector: the id string and its two table entries.
-ID_OVERHEAD_BYTES = 200
+# Bytes per cached point beyond its vector: the id string and its table entries, its
+# lookup keys (a memory has one or two) and their index entries.
+ID_OVERHEAD_BYTES = 400
 
 # How far a float32 cosine of two unit vectors may sit from the exact one: rounding over
 # 384 products is at most ~2.3e-5; candidates within this of the cut are re-scored.
@@ -55,6 +57,10 @@ class UserVectors:
     ids: list[str] = field(default_factory=list)
     columns: dict[str, int] = field(default_factory=dict)  # id -> its column in ``matrix``
     matrix: npt.NDArray[np.float32] = field(init=False)  # (dim, capacity)
+    # The points' lookup keys (the payload's ``keys``), both ways: ``with_keys`` answers
+    # ``find_by_keys`` without the shard's filtered scroll (~0.3-0.45 ms a query).
+    keys_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ids_by_key: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.matrix = np.zeros((self.dim, 0), dtype=np.float32)
@@ -68,8 +74,16 @@ class UserVectors:
         """What ``nbytes`` will be once ``trim`` gave back the spare capacity."""
         return len(self.ids) * (4 * self.dim + ID_OVERHEAD_BYTES)
 
-    def put(self, ids: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
-        """Set the vectors of ``ids`` (a known id is overwritten, a new one appended)."""
+    def put(
+        self,
+        ids: Sequence[str],
+        vectors: npt.NDArray[np.float32],
+        keys: Sequence[Sequence[str]],
+    ) -> None:
+        """Set the vectors and lookup keys of ``ids`` (a known id is overwritten, a new
+        one appended)."""
+        for point_id, point_keys in zip(ids, keys, strict=True):
+            self.rekey(point_id, point_keys)
         for point_id, vector in zip(ids, vectors, strict=True):
             column = self.columns.get(point_id)
             if column is None:
@@ -81,6 +95,25 @@ class UserVectors:
                 self.columns[point_id] = column
                 self.ids.append(point_id)
             self.matrix[:, column] = vector
+
+    def rekey(self, point_id: str, keys: Sequence[str]) -> None:
+        """The lookup keys of ``point_id`` are now ``keys``."""
+        for key in self.keys_of.get(point_id, ()):
+            holders = self.ids_by_key[key]
+            holders.discard(point_id)
+            if not holders:
+                del self.ids_by_key[key]
+        self.keys_of[point_id] = tuple(dict.fromkeys(keys))
+        for key in self.keys_of[point_id]:
+            self.ids_by_key.setdefault(key, set()).add(point_id)
+
+    def with_keys(self, keys: Sequence[str]) -> list[str]:
+        """The ids holding any of ``keys``, in Edge's scroll order (canonical UUID
+        strings sort as their 128-bit values)."""
+        found: set[str] = set()
+        for key in keys:
+            found.update(self.ids_by_key.get(key, ()))
+        return sorted(found)
 
     def trim(self) -> None:
         """Give back the spare capacity (a loaded user is rarely written again soon)."""
@@ -165,17 +198,31 @@ class VectorCache:
         if owner in self._loading:
             self._loading[owner] += 1
 
-    def put(self, owner: Owner, ids: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
-        """Points of ``owner`` written (added or re-vectored) with these stored vectors."""
+    def put(
+        self,
+        owner: Owner,
+        ids: Sequence[str],
+        vectors: npt.NDArray[np.float32],
+        keys: Sequence[Sequence[str]],
+    ) -> None:
+        """Points of ``owner`` written (added or re-vectored) with these stored vectors
+        and lookup keys."""
         self.touch(owner)
         entry = self._users.get(owner)
         if entry is None or not ids:
             return
         before = entry.nbytes
-        entry.put(ids, vectors)
+        entry.put(ids, vectors, keys)
         self.nbytes += entry.nbytes - before
         if self.nbytes > self.max_bytes:
             self._forget(owner)
+
+    def rekey(self, owner: Owner, point_id: str, keys: Sequence[str]) -> None:
+        """A point of ``owner`` was rewritten (payload only) with these lookup keys."""
+        self.touch(owner)
+        entry = self._users.get(owner)
+        if entry is not None and point_id in entry.columns:
+            entry.rekey(point_id, keys)
 
     def drop(self, owner: Owner) -> None:
         """Points of ``owner`` deleted: its entry goes (the next search reloads it)."""

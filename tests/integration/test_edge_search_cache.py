@@ -119,6 +119,47 @@ async def test_writes_are_seen_by_the_next_search(store: QdrantEdgeStore) -> Non
     assert [h.memory for h in await store.search("acme", "u1", query, 5)] == [new]
 
 
+async def test_cached_key_lookup_is_edges_and_sees_every_write(
+    store: QdrantEdgeStore, tmp_path: Path
+) -> None:
+    """``find_by_keys`` of a cached user answers from the cache's key index: the same
+    memories in the same order as Edge's filtered scroll, through upserts and rewrites
+    that change keys, and never another owner's memory with the same key."""
+    rng = np.random.default_rng(8)
+    pairs = [
+        (memory_factory("acme", "u1", f"topic:{i}", keys=[f"order:{i % 7}", f"sku:{i % 3}"]), v)
+        for i, v in enumerate(unit_vectors(rng, 60))
+    ]
+    rivals = [  # the same keys, other owners
+        (memory_factory(t, u, f"topic:{i}", keys=[f"order:{i % 7}"]), v)
+        for t, u in (("acme", "u2"), ("globex", "u1"))
+        for i, v in enumerate(unit_vectors(rng, 20))
+    ]
+    await store.upsert(pairs + rivals)
+    await _loaded(store, "acme", "u1")
+    asked = [["order:3"], ["sku:1"], ["order:1", "sku:2"], ["order:404"], ["order:5", "order:5"]]
+    # Keys change under the cache: a rewrite drops one, an upsert adds another.
+    moved = pairs[3][0].model_copy(update={"keys": ["order:404"], "version": 2})
+    await store.rewrite([moved])
+    added = memory_factory("acme", "u1", "topic:new", keys=["order:3"])
+    await store.upsert([(added, unit_vectors(rng, 1)[0])])
+    assert ("acme", "u1") in store._vectors
+    answers = [await store.find_by_keys("acme", "u1", keys, k) for keys in asked for k in (2, 50)]
+    assert moved in answers[asked.index(["order:404"]) * 2]
+    assert added in answers[0] + answers[1]
+    for found in answers:
+        assert {(m.tenant_id, m.user_id) for m in found} <= {("acme", "u1")}
+    await store.close()
+    edge_only = QdrantEdgeStore(tmp_path / "shard", vector_cache_bytes=0)
+    try:
+        expected = [
+            await edge_only.find_by_keys("acme", "u1", keys, k) for keys in asked for k in (2, 50)
+        ]
+    finally:
+        await edge_only.close()
+    assert answers == expected
+
+
 async def test_hits_read_again_come_from_memory_until_written(store: QdrantEdgeStore) -> None:
     rng = np.random.default_rng(4)
     pairs = _memories("acme", "u1", 30, rng) + _memories("acme", "u2", 30, rng)
@@ -184,7 +225,7 @@ async def test_a_load_that_saw_a_write_is_not_kept(
 
 async def test_the_cache_stays_within_its_budget(tmp_path: Path) -> None:
     entry = UserVectors(DIM)
-    entry.put([f"p{i}" for i in range(10)], np.zeros((10, DIM), np.float32))
+    entry.put([f"p{i}" for i in range(10)], np.zeros((10, DIM), np.float32), [[]] * 10)
     entry.trim()
     budget = 2 * entry.nbytes + 1  # room for two 10-memory users
     store = QdrantEdgeStore(tmp_path / "shard", vector_cache_bytes=budget)
@@ -209,12 +250,13 @@ async def test_the_cache_stays_within_its_budget(tmp_path: Path) -> None:
 
 def test_vector_cache_top_and_tokens() -> None:
     entry = UserVectors(2)
-    entry.put(["c", "b", "a", "d"], np.array([[1, 0], [0, 1], [1, 0], [0.6, 0.8]], np.float32))
+    vectors = np.array([[1, 0], [0, 1], [1, 0], [0.6, 0.8]], np.float32)
+    entry.put(["c", "b", "a", "d"], vectors, [[]] * 4)
     x = np.array([1, 0], np.float32)
     assert entry.top(x, 1) == [("a", 1.0)]  # a tie at the cut goes by id, not by row
     assert [i for i, _ in entry.top(x, 3)] == ["a", "c", "d"]
     assert [i for i, _ in entry.top(x, 9)] == ["a", "c", "d", "b"]  # past the count: all
-    entry.put(["a"], np.array([[-1, 0]], np.float32))  # overwritten in place
+    entry.put(["a"], np.array([[-1, 0]], np.float32), [[]])  # overwritten in place
     assert [i for i, _ in entry.top(x, 2)] == ["c", "d"]
     cache = VectorCache(1 << 20)
     token = cache.begin(("t", "u"))

@@ -18,6 +18,7 @@ from memory.ranking import (
     assemble_context,
     fused_relevance,
     lift_neighbours,
+    linear_quantile,
     named_speakers,
     rank,
     recency_factor,
@@ -322,3 +323,13 @@ def test_additive_counting_admits_exactly_what_recounting_does(
     fast = assemble_context(ranked, budget, len, additive_lines=True)
     assert fast == assemble_context(ranked, budget, len)
     assert len(fast[0]) <= budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=60),
+    st.one_of(st.sampled_from([0.0, 0.5, 1.0, 0.25, 0.75]), st.floats(0.0, 1.0)),
+)
+def test_linear_quantile_is_numpys_bit_for_bit(values: list[float], q: float) -> None:
+    x = np.asarray(values, dtype=np.float64)
+    assert linear_quantile(x, q) == float(np.quantile(x, q))
