@@ -28,9 +28,8 @@ from memory.ranking import (
     named_speakers,
     recency_factor,
     recency_factors,
+    split_turn_text,
     strip_names,
-    turn_day,
-    turn_line,
 )
 from memory.render import memory_text
 from memory.vectors import cosine_to_rows
@@ -214,19 +213,21 @@ def score_candidates(
     order = order[: int(np.searchsorted(uncovered, top_k)) + 1]
     for i in order:
         turn = turns.docs[int(rows[i])]
+        text = turns.texts[int(rows[i])]
+        heading, body = split_turn_text(text)
         out.append(
             Candidate(
                 kind="turn",
                 id=turn.event_id,
-                text=turns.texts[int(rows[i])],
+                text=text,
                 relevance=float(turn_relevance[i]),
                 strength=1.0,
                 ts=turn.ts,
                 source_event_ids=(turn.event_id,),
                 boost=boost(turn.ts),
                 strength_span=p.strength_span,
-                heading=turn_day(turn),
-                body=turn_line(turn),
+                heading=heading,
+                body=body,
             )
         )
     return out

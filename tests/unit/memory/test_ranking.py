@@ -23,6 +23,7 @@ from memory.ranking import (
     rank,
     recency_factor,
     recency_factors,
+    split_turn_text,
     strength_factor,
     strip_names,
     turn_day,
@@ -333,3 +334,16 @@ def test_additive_counting_admits_exactly_what_recounting_does(
 def test_linear_quantile_is_numpys_bit_for_bit(values: list[float], q: float) -> None:
     x = np.asarray(values, dtype=np.float64)
     assert linear_quantile(x, q) == float(np.quantile(x, q))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(max_size=40),
+    st.sampled_from(["", "Caroline", "O'Brien ]"]),
+    st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1)),
+)
+def test_split_turn_text_gives_the_day_and_the_line(text: str, speaker: str, ts: datetime) -> None:
+    turn = StoredTurn(
+        event_id="e1", session_id="s1", role="user", speaker=speaker, text=text or "x", ts=ts
+    )
+    assert split_turn_text(turn_text(turn)) == (turn_day(turn), turn_line(turn))
