@@ -183,6 +183,9 @@ class Retriever:
         turns_read = asyncio.ensure_future(self.turn_index.get(tenant_id, user))
         vector = self.queries.cached(request.query)
         try:
+            # One loop turn, so the read is sent now and its round trip overlaps the
+            # lookups and the search (none of which yields on a cached user).
+            await asyncio.sleep(0)
             if vector is None:
                 encoding = asyncio.ensure_future(self.queries.encode(request.query))
                 try:
