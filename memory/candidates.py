@@ -104,10 +104,8 @@ def score_candidates(
         dense_of[memory.memory_id] = score
     memory_list = list(memories.values())
     rows = np.arange(len(turns.ids), dtype=np.intp)  # every turn, hot or archived
-    every_row = True  # rows is all of them, in order: their vectors need no gather
     if short_term_candidates and len(rows) > short_term_candidates:
         rows = rows[np.argsort(-turns.ts[rows], kind="stable")[:short_term_candidates]]
-        every_row = False
     named = named_speakers(query, turns.speaker_names)
     # A named speaker is matched by the dense side's speaker bonus; left in BM25's query,
     # the name alone made the person's shortest turns ("Wow! What got you into running?")
@@ -124,10 +122,11 @@ def score_candidates(
         picked = {int(rows[i]) for i in np.argsort(-lexical_all[rows])[:top_k]}
         picked |= {turns.positions[h.event_id] for h in shelf} | keyed_rows
         rows = np.array(sorted(picked), dtype=np.intp)
-        every_row = False
     turn_query = vector if turn_vector is None else turn_vector
-    # Gathering all 500 rows' vectors cost ~0.1 ms a query for the same matrix.
-    row_vectors = turns.vectors if every_row else turns.vectors[rows]
+    # Rows are distinct, and the only reordering (the newest-first cap) leaves fewer than
+    # every turn: as many rows as turns is all of them in order, no gather needed (it cost
+    # ~0.1 ms a query for the same 500-row matrix).
+    row_vectors = turns.vectors if len(rows) == len(turns.ids) else turns.vectors[rows]
     turn_dense = cosine_to_rows(turn_query, row_vectors).astype(np.float64)
     if named:
         turn_dense += p.speaker_bonus * np.isin(turns.speaker_of[rows], list(named))

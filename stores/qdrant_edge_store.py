@@ -568,14 +568,6 @@ class QdrantEdgeStore(LongTermStore):
             return None
         return [ScoredMemory(found[i], score) for i, score in top]
 
-    def _keyed_cached(
-        self, shard: EdgeShard, owner: Owner, point_ids: list[str]
-    ) -> list[ConsolidatedMemory] | None:
-        """The memories of ``point_ids`` (the cache's key match, in scroll order); None
-        (and the owner's caches dropped) if the shard disagrees, so Edge answers instead."""
-        found = self._cached_memories(shard, owner, point_ids)
-        return None if found is None else [found[i] for i in point_ids]
-
     def _cached_memories(
         self, shard: EdgeShard, owner: Owner, point_ids: Sequence[str]
     ) -> dict[str, ConsolidatedMemory] | None:
@@ -723,9 +715,10 @@ class QdrantEdgeStore(LongTermStore):
         owner = (tenant_id, user_id)
         cached = self._vectors.get(owner)
         if cached is not None:
-            found = self._keyed_cached(shard, owner, cached.with_keys(keys)[:limit])
+            matched = cached.with_keys(keys)[:limit]  # in Edge's scroll order
+            found = self._cached_memories(shard, owner, matched)
             if found is not None:
-                return found
+                return [found[i] for i in matched]
         conditions = _owner_filter(tenant_id, user_id)
         conditions.append(FieldCondition("keys", match=MatchAny(list(dict.fromkeys(keys)))))
         records, _ = shard.scroll(

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 # Bytes per cached point beyond its vector: the id string and its table entries, its
 # lookup keys (a memory has one or two) and their index entries.
-ID_OVERHEAD_BYTES = 400
+POINT_OVERHEAD_BYTES = 400
 
 # How far a float32 cosine of two unit vectors may sit from the exact one: rounding over
 # 384 products is at most ~2.3e-5; candidates within this of the cut are re-scored.
@@ -67,12 +67,12 @@ class UserVectors:
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + ID_OVERHEAD_BYTES * len(self.ids)
+        return int(self.matrix.nbytes) + POINT_OVERHEAD_BYTES * len(self.ids)
 
     @property
     def trimmed_nbytes(self) -> int:
         """What ``nbytes`` will be once ``trim`` gave back the spare capacity."""
-        return len(self.ids) * (4 * self.dim + ID_OVERHEAD_BYTES)
+        return len(self.ids) * (4 * self.dim + POINT_OVERHEAD_BYTES)
 
     def put(
         self,
