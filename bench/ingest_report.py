@@ -33,7 +33,8 @@ def markdown(p: Params, m: Measured) -> str:
             "extractive consolidator, the RPC, Qdrant Edge) against a Tansu broker and a Valkey "
             "started by the benchmark as their own processes; default settings (encode and "
             "memorize take what has arrived as soon as they are free, encoder batches of up to "
-            f"{m.encoder['batch']}; consumer fetches wait 10 ms while the pipeline keeps up, "
+            f"{m.encoder['batch']}, one one-thread encoder run per core at once; consumer "
+            "fetches wait 10 ms while the pipeline keeps up, "
             "100 ms idle or backlogged; 4 partitions). The reference is the bare ONNX encoder "
             "in the benchmark process on the same texts, in stream-order chunks of "
             f"{m.encoder['batch']} (a text twice in one call is encoded once, as in the "
@@ -169,6 +170,7 @@ def _reading(s: StreamRun, enc: dict[str, Any], cores: int) -> str:
 
 def _latency(m: Measured) -> str:
     lat, enc = m.latency, m.encoder["single_ms"]
+    alone = m.encoder.get("single_settings", m.encoder.get("settings", "default"))
     ms, post = lat["ms"], lat["post_ms"]
     return "\n".join(
         [
@@ -186,7 +188,8 @@ def _latency(m: Measured) -> str:
             "| --- | ---: | ---: | ---: |",
             f"| event → retrievable | {_f(ms['p50'])} | {_f(ms['p95'])} | {_f(ms['p99'])} |",
             f"| … of which the POST | {_f(post['p50'])} | {_f(post['p95'])} | {_f(post['p99'])} |",
-            f"| bare encoder, one sentence (reference) | {_f(enc['p50'])} | {_f(enc['p95'])} "
+            f"| bare encoder, one sentence ({alone}; reference) | {_f(enc['p50'])} "
+            f"| {_f(enc['p95'])} "
             f"| {_f(enc['p99'])} |",
             "",
             _latency_reading(lat),

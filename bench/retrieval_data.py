@@ -29,7 +29,7 @@ from bench.services import busy_since, cpu_seconds
 from memstream.settings import Settings
 from schemas import ConsolidatedMemory, StoredTurn
 from schemas.memories import Fact, OpenAction, TimelineEntry
-from stores.encoder import OnnxEncoder
+from stores.encoder import OnnxEncoder, default_runners
 from stores.longterm import MEMORY_JSON_FIELD, memory_point_id
 from stores.qdrant_edge_store import QdrantEdgeStore
 from stores.redis_state import RedisState, UserUpdate
@@ -255,11 +255,17 @@ def bare_encoder(texts: list[str]) -> tuple[OnnxEncoder, str, dict[str, float]]:
     return _bare(threads), f"{threads} thread{'s' if threads > 1 else ''}, no spinning", picked
 
 
-def _bare(threads: int) -> OnnxEncoder:
+def _bare(threads: int, runners: int = 1) -> OnnxEncoder:
     settings = Settings().encoder.model_copy(
-        update={"threads": threads, "cache_size": 0, "spinning": False}
+        update={"runners": runners, "threads": threads, "cache_size": 0, "spinning": False}
     )
     return OnnxEncoder.from_settings(settings)
+
+
+def bare_pool() -> OnnxEncoder:
+    """The bare encoder as the RPC runs it by default: one one-thread run per core at once
+    (a reference with as many workers serves that many queries side by side)."""
+    return _bare(1, runners=default_runners())
 
 
 def wait_quiet(max_s: float, window_s: float = 0.5) -> dict[str, float]:

@@ -11,6 +11,7 @@ Every run is bounded in time and in requests and stops by itself.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -162,30 +163,52 @@ def serve_open_loop(
     arrivals: Sequence[float],
     texts: Sequence[str],
     handle: Callable[[str], object],
+    *,
+    servers: int = 1,
 ) -> Run:
     """A one-process reference server under the same open-loop arrivals: one FIFO queue and
-    one worker (this thread) running `handle` on each text in turn.
+    ``servers`` workers (this thread when one) running `handle`, each taking the next
+    request in arrival order once it is free.
 
-    A request starts at its scheduled arrival or when the one before it is done, whichever
-    is later, so a reference that falls behind queues, and its latency, like the RPC's, runs
-    from the scheduled arrival. No producer thread: its wake-ups would only take the GIL
-    from the worker, and the queue it would fill is exactly this order. ``took_ms`` holds
-    the service time alone (without the wait in the queue).
+    A request starts at its scheduled arrival or when a worker is free, whichever is later,
+    so a reference that falls behind queues, and its latency, like the RPC's, runs from the
+    scheduled arrival. No producer thread: its wake-ups would only take the GIL from the
+    workers, and the queue it would fill is exactly this order. ``took_ms`` holds the
+    service time alone (without the wait in the queue).
     """
     run = Run(label, "open", rate)
+    jobs = list(zip(arrivals, texts, strict=True))
+    latencies, took = [0.0] * len(jobs), [0.0] * len(jobs)
+    taken = iter(range(len(jobs)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(taken, None)
+            if i is None:
+                return
+            due = start + jobs[i][0]
+            idle = due - time.perf_counter()
+            if idle > 0:
+                time.sleep(idle)
+            began = time.perf_counter()
+            handle(jobs[i][1])
+            done = time.perf_counter()
+            latencies[i], took[i] = (done - due) * 1000, (done - began) * 1000
+
     machine = psutil.cpu_times()
     start = time.perf_counter()
-    for at, text in zip(arrivals, texts, strict=True):
-        due = start + at
-        idle = due - time.perf_counter()
-        if idle > 0:
-            time.sleep(idle)
-        began = time.perf_counter()
-        handle(text)
-        done = time.perf_counter()
-        run.latencies_ms.append((done - due) * 1000)
-        run.took_ms.append((done - began) * 1000)
+    if servers == 1:
+        worker()
+    else:
+        threads = [threading.Thread(target=worker) for _ in range(servers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     run.seconds = time.perf_counter() - start
+    run.latencies_ms, run.took_ms = latencies, took
     run.machine_busy = busy_since(machine)
     return run
 

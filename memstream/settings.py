@@ -94,7 +94,12 @@ class EncoderSettings(_Section):
     # 774 vs 404 ms, pinned scale-out 1.33x vs 1.72x.
     batch_size: int = 32
     batch_within_s: float = 0.05
-    threads: int = 0  # 0 = the process's cores less one (the event loop's), at least 1
+    # Runs that go at once, each on its own runner thread (0 = the process's cores), and
+    # each run's intra-op threads (0 = one when runs go side by side, else the cores less
+    # the event loop's). Side by side, one thread each, runs take whatever CPU the event
+    # loop leaves; one two-thread run waits for whichever of its threads the loop held.
+    runners: int = 0
+    threads: int = 0
     # onnxruntime's threads busy-wait between runs (bench/ingest.py measured it off).
     spinning: bool = False
     memory_arena: bool = False  # the CPU arena keeps the largest batch's buffers for good

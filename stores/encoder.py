@@ -7,11 +7,13 @@ downloaded and no torch is needed at run time. Any BERT-style ONNX sentence mode
 a ``last_hidden_state``-like output works, so a different model is a setting, not code.
 
 It is also the process's one encoding service: every caller (the encode stage, memorize's
-cluster descriptions, the RPC's queries) hands its texts
-to one runner thread, which batches them across callers and runs one ``Session.run`` at a
-time. Concurrent runs in one session share its intra-op pool, and with spinning threads
-they fought for the two cores; queries are served before any waiting ingest chunk, so a
-query waits for at most the one chunk already running.
+cluster descriptions, the RPC's queries) hands its texts to a pool of runner threads, one
+per core, which batch them across callers; each runner runs one ``Session.run`` at a time
+on one intra-op thread. Runs that share a multi-threaded intra-op pool wait for its
+slowest thread, and beside an event loop one of the two always lagged (with spinning
+threads they fought for the two cores); side by side, single-threaded runs take whatever
+CPU the loop leaves. Queries are served before any waiting ingest chunk, so a query waits
+for at most the runs already under way.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "EncoderError",
     "EncoderStats",
     "OnnxEncoder",
+    "default_runners",
     "default_threads",
 ]
 
@@ -118,6 +121,7 @@ class OnnxEncoder:
         max_tokens: int = 256,
         batch_size: int = 8,
         threads: int = 0,
+        runners: int = 0,
         name: str | None = None,
         spinning: bool = False,
         memory_arena: bool = False,
@@ -128,7 +132,9 @@ class OnnxEncoder:
 
         ``name`` is the model part of ``model_id``; by default it comes from the file name
         (its folder's name when the file is a generic ``model.onnx``). ``threads`` is the
-        intra-op pool (0 = ``default_threads()``); ``spinning`` lets its
+        intra-op pool of each run (0 = one when runs go side by side, else
+        ``default_threads()``); ``runners`` is how many runs go at once (0 = the process's
+        cores, ``default_runners()``); ``spinning`` lets its
         threads busy-wait between runs (CPU burnt that the event loop needs);
         ``memory_arena`` keeps onnxruntime's CPU arena, which holds on to the largest
         batch's buffers for good; ``cache_size`` vectors are kept by text hash (0 = none);
@@ -142,11 +148,17 @@ class OnnxEncoder:
             raise ValueError(f"cache_size must be >= 0, got {cache_size}")
         if run_tokens < 1:
             raise ValueError(f"run_tokens must be >= 1, got {run_tokens}")
+        if runners < 0 or threads < 0:
+            raise ValueError(f"runners and threads must be >= 0, got {runners}, {threads}")
         model_path = Path(model_path)
         tokenizer_path = Path(tokenizer_path)
         self.max_tokens = max_tokens
         self.batch_size = batch_size
         self.run_tokens = run_tokens
+        self.runners = runners if runners > 0 else default_runners()
+        if threads == 0:
+            threads = 1 if self.runners > 1 else default_threads()
+        self.threads = threads
 
         # Hash the very bytes we hand to onnxruntime, so the file cannot change between
         # the check and the load.
@@ -180,7 +192,7 @@ class OnnxEncoder:
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads if threads > 0 else default_threads()
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1  # sequential executor: the inter-op pool is unused
         spin = "1" if spinning else "0"
         options.add_session_config_entry("session.intra_op.allow_spinning", spin)
@@ -227,8 +239,9 @@ class OnnxEncoder:
         self._lock = threading.Lock()  # the queues, the cache, the stats, the runner
         self._wake = threading.Condition(self._lock)
         self._queues: dict[str, deque[_Request]] = {"query": deque(), "ingest": deque()}
-        self._runner: threading.Thread | None = None
-        self._busy = False  # a Session.run is under way (the runner's, or a direct one)
+        self._runner_threads: list[threading.Thread] = []  # started on demand, exit when idle
+        self._running = 0  # Session.run calls under way (the runners', and direct ones)
+        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings) -> OnnxEncoder:
@@ -250,6 +263,7 @@ class OnnxEncoder:
             max_tokens=settings.max_tokens,
             batch_size=settings.run_texts,  # settings.batch_size is the encode stage's
             threads=settings.threads,
+            runners=settings.runners,
             name=name,
             spinning=settings.spinning,
             memory_arena=settings.memory_arena,
@@ -302,8 +316,10 @@ class OnnxEncoder:
         return out
 
     def close(self) -> None:
-        """Let the runner thread exit once its queue is empty (it also exits when idle)."""
+        """Let the runner threads exit once the queues are empty (they also exit when idle);
+        a later ``encode`` still works, its runner exiting as soon as it is done."""
         with self._wake:
+            self._closed = True
             self._wake.notify_all()
 
     @property
@@ -334,39 +350,40 @@ class OnnxEncoder:
         )
         with self._wake:
             if kind == "query" and self._idle_fit(request):
-                self._busy = True
+                self._running += 1
                 return self._run_direct(request)
             self._queues[kind].append(request)
-            if self._runner is None:
-                self._runner = threading.Thread(
+            while len(self._runner_threads) < self.runners:  # each takes its share at once
+                runner = threading.Thread(
                     target=self._run_loop, name="memstream-encoder", daemon=True
                 )
-                self._runner.start()
-            else:
-                self._wake.notify()
+                self._runner_threads.append(runner)
+                runner.start()
+            self._wake.notify_all()
         request.done.wait()
         if request.error is not None:
             raise request.error
         return request.out
 
     def _idle_fit(self, request: _Request) -> bool:
-        """Nothing runs or waits, and the request fits one run (called with the lock)."""
-        if self._busy or self._queues["query"] or self._queues["ingest"]:
+        """A runner's place is free, nothing waits, and the request fits one run (called
+        with the lock)."""
+        if self._running >= self.runners or self._waiting():
             return False
         widest = max(len(e.ids) for e in request.encodings)
         n = len(request.order)
         return n == 1 or (n <= self.batch_size and n * widest <= self.run_tokens)
 
     def _run_direct(self, request: _Request) -> FloatArray:
-        """Run an idle encoder's query in the caller's thread (called with the lock, which
-        it releases for the run): a hand-off to the runner would only add two thread
-        wake-ups to the query's latency. The runner waits while ``_busy``."""
+        """Run a query in the caller's thread in a free runner's place (called with the
+        lock, which it releases for the run, the place already counted in ``_running``): a
+        hand-off to a runner would only add two thread wake-ups to the query's latency."""
         self._wake.release()
         try:
             self._run_chunk([(request, list(request.order))])
         finally:
             self._wake.acquire()
-            self._busy = False
+            self._running -= 1
             self._wake.notify_all()
         if request.error is not None:
             raise request.error
@@ -377,10 +394,16 @@ class OnnxEncoder:
 
         At most ``batch_size`` texts and ``run_tokens`` padded tokens (texts x the longest
         one's tokens; one text always fits): the attention buffers grow with both, and so
-        did peak RSS, and a bounded run bounds how long a query waits behind one. Called
-        with the lock held. A caller's texts go in shortest first (least padding).
+        did peak RSS, and a bounded run bounds how long a query waits behind one. Fewer
+        waiting texts than the free runners' runs hold are shared out evenly (9 texts, two
+        free runners: runs of 5 and 4, not 8 and 1), so a small batch finishes in the time
+        of its share. Called with the lock held, before this run counts in ``_running``. A
+        caller's texts go in shortest first (least padding).
         """
         queue = self._queues["query"] or self._queues["ingest"]
+        waiting = sum(len(request.order) - request.next for request in queue)
+        free = max(1, self.runners - self._running)
+        most = min(self.batch_size, -(-waiting // free))
         chunk: list[tuple[_Request, list[int]]] = []
         count = width = 0
         while queue:
@@ -388,7 +411,7 @@ class OnnxEncoder:
             take: list[int] = []
             for i in request.order[request.next :]:
                 wider = max(width, len(request.encodings[i].ids))
-                if count and (count == self.batch_size or (count + 1) * wider > self.run_tokens):
+                if count and (count == most or (count + 1) * wider > self.run_tokens):
                     break
                 take.append(i)
                 count, width = count + 1, wider
@@ -400,25 +423,30 @@ class OnnxEncoder:
             queue.popleft()
         return chunk
 
+    def _waiting(self) -> bool:
+        return bool(self._queues["query"] or self._queues["ingest"])
+
     def _run_loop(self) -> None:
+        """One runner: the next chunk whenever one waits and fewer than ``runners`` run
+        (direct queries hold places too); exits after ``_RUNNER_IDLE_S`` without work."""
+        me = threading.current_thread()
         while True:
             with self._wake:
-                while self._busy:  # a caller runs its query itself (``_run_direct``)
-                    self._wake.wait()
-                if not (self._queues["query"] or self._queues["ingest"]):
-                    self._wake.wait(_RUNNER_IDLE_S)
-                while self._busy:
-                    self._wake.wait()
-                if not (self._queues["query"] or self._queues["ingest"]):
-                    self._runner = None  # a later encode starts a new one, under this lock
-                    return
+                idle_until = time.monotonic() + _RUNNER_IDLE_S
+                while not (self._waiting() and self._running < self.runners):
+                    left = idle_until - time.monotonic()
+                    if (left <= 0 or self._closed) and not self._waiting():
+                        # A later encode starts a new one, under this lock.
+                        self._runner_threads.remove(me)
+                        return
+                    self._wake.wait(left if left > 0 else None)
                 chunk = self._next_chunk()
-                self._busy = True
+                self._running += 1
             try:
                 self._run_chunk(chunk)
             finally:
                 with self._wake:
-                    self._busy = False
+                    self._running -= 1
                     self._wake.notify_all()
 
     def _run_chunk(self, chunk: list[tuple[_Request, list[int]]]) -> None:
@@ -437,14 +465,15 @@ class OnnxEncoder:
             return
         took = time.perf_counter() - started
         row = 0
-        finished = []
-        for request, take in chunk:
+        for request, take in chunk:  # rows no other run writes
             request.out[take] = vectors[row : row + len(take)]
             row += len(take)
-            request.left -= len(take)
-            if request.left == 0:
-                finished.append(request)
-        with self._lock:
+        finished = []
+        with self._lock:  # runs of one request may finish side by side
+            for request, take in chunk:
+                request.left -= len(take)
+                if request.left == 0:
+                    finished.append(request)
             self.stats.runs += 1
             self.stats.run_seconds += took
         for request in finished:
@@ -512,17 +541,26 @@ def _text_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+def default_runners() -> int:
+    """The cores this process may use (``taskset`` included): one run at a time each."""
+    return _cores()
+
+
 def default_threads() -> int:
     """The cores this process may use, less one for its event loop; at least one.
 
     Measured on 2 cores (issue 14): one intra-op thread cut the pipeline's CPU per event by
-    25% against two. A process pinned to one core (``taskset``) gets one.
+    25% against two. A process pinned to one core (``taskset``) gets one. Used for the
+    intra-op pool of an encoder that runs one run at a time (``runners=1``).
     """
+    return max(1, _cores() - 1)
+
+
+def _cores() -> int:
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 1)
+        return os.cpu_count() or 1
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter

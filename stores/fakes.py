@@ -314,6 +314,7 @@ class HashEncoder:
     threads; the same text gives the same vector in any process (blake2b, not ``hash``)."""
 
     counts_by_line = True  # a token never spans whitespace
+    runners = 1
 
     def __init__(self, dim: int = 64) -> None:
         self.dim = dim

@@ -34,10 +34,13 @@ class TextEncoder(Protocol):
     - ``count_tokens`` counts the encoder's tokens (no special tokens, untruncated);
       ``counts_by_line`` says whether a text's count is the sum of its lines' counts.
     - ``model_id`` names the model; vectors of different ids are not comparable.
+    - ``runners`` is how many ``encode`` calls it runs at once: a caller that keeps more
+      in flight only queues them.
     """
 
     dim: int
     model_id: str
+    runners: int
 
     def encode(
         self, texts: Sequence[str], *, query: bool = False, cache: bool = False

@@ -41,6 +41,7 @@ def test_is_a_text_encoder(encoder: TextEncoder) -> None:
     assert isinstance(encoder, TextEncoder)
     assert encoder.model_id
     assert encoder.dim > 0
+    assert encoder.runners >= 1
 
 
 def test_rows_are_unit_float32_in_input_order(encoder: TextEncoder) -> None:

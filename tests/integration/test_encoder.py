@@ -142,23 +142,39 @@ def test_concurrent_callers_are_batched_and_get_their_own_bytes(reference: bytes
 
 
 class _GatedEncoder(OnnxEncoder):
-    """The real encoder, with each run recorded and the first one held until released."""
+    """The real encoder, with each run recorded and held until released (only the runs
+    whose first text starts with ``held`` when that is set); ``most_inside`` is how many
+    runs were ever under way at once."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.release = threading.Event()
         self.running = threading.Event()
         self.chunks: list[list[str]] = []
+        self.held: str | None = None
+        self.inside = self.most_inside = 0
+        self._count = threading.Lock()
 
     def _embed(self, encodings: Sequence[Encoding]) -> FloatArray:
-        self.chunks.append([e.tokens[1] for e in encodings])  # [0] is [CLS]
+        first_tokens = [e.tokens[1] for e in encodings]  # [0] is [CLS]
+        with self._count:
+            self.chunks.append(first_tokens)
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
         self.running.set()
-        self.release.wait(10)
-        return super()._embed(encodings)
+        try:
+            if self.held is None or first_tokens[0] == self.held:
+                self.release.wait(10)
+            return super()._embed(encodings)
+        finally:
+            with self._count:
+                self.inside -= 1
 
 
 def test_a_query_waits_for_one_chunk_only() -> None:
-    enc = _GatedEncoder(_wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, batch_size=4)
+    enc = _GatedEncoder(
+        _wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, batch_size=4, runners=1
+    )
     ingest = [f"ingest text number {i}" for i in range(16)]  # "ingest" is the first token
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(enc.encode, ingest)
@@ -196,7 +212,7 @@ def test_runs_are_bounded_by_padded_tokens() -> None:
     enc.release.set()
     long_texts = [LONG + str(k) for k in range(5)]  # 256 tokens each, truncated
     vectors = enc.encode([*long_texts, "ok", "thanks"])
-    assert [len(c) for c in enc.chunks] == [2, 2, 2, 1]  # 2 x 256 <= 600 < 3 x 256
+    assert sorted(len(c) for c in enc.chunks) == [1, 2, 2, 2]  # 2 x 256 <= 600 < 3 x 256
     assert vectors[:5].tobytes() == enc.encode(long_texts).tobytes()
 
 
@@ -218,13 +234,14 @@ def test_a_failed_run_raises_in_its_callers_and_the_service_goes_on(
 
 def test_the_runner_thread_exits_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stores.encoder, "_RUNNER_IDLE_S", 0.05)
-    enc = OnnxEncoder.from_settings(EncoderSettings())
-    enc.encode([ORDER])
-    runner = enc._runner
-    assert runner is not None
-    runner.join(5)
-    assert not runner.is_alive()
-    assert enc._runner is None
+    enc = OnnxEncoder.from_settings(EncoderSettings(runners=2))
+    enc.encode([f"text {i}" for i in range(40)])  # runs for both runners
+    runners = list(enc._runner_threads)
+    assert runners
+    for runner in runners:
+        runner.join(5)
+        assert not runner.is_alive()
+    assert enc._runner_threads == []
     assert enc.encode([PARAPHRASE]).shape == (1, enc.dim)  # started again on demand
 
 
@@ -274,13 +291,16 @@ def _wheel_model() -> Path:
 
 
 def test_an_idle_encoders_query_runs_in_its_callers_thread(reference: bytes) -> None:
-    """No hand-off to the runner when nothing runs or waits: one query, one thread; a
-    query that finds the encoder busy still queues, and both get their own bytes."""
-    enc = _GatedEncoder(_wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, cache_size=0)
+    """No hand-off to a runner when a runner's place is free and nothing waits: one query,
+    one thread; a query that finds every place taken still queues, and both get their own
+    bytes."""
+    enc = _GatedEncoder(
+        _wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, cache_size=0, runners=1
+    )
     enc.release.set()
     want = np.frombuffer(reference, np.float32).reshape(len(TEXTS), enc.dim)
     assert enc.encode([TEXTS[0]], query=True).tobytes() == want[0].tobytes()
-    assert enc._runner is None
+    assert enc._runner_threads == []
     assert enc.stats.runs == 1
     enc.release.clear()
     enc.running.clear()
@@ -296,3 +316,49 @@ def test_an_idle_encoders_query_runs_in_its_callers_thread(reference: bytes) -> 
         assert first.result(10).tobytes() == want[1].tobytes()
         assert second.result(10).tobytes() == want[2].tobytes()
     assert enc.stats.runs == 3
+
+
+def test_runs_go_side_by_side_up_to_runners(reference: bytes) -> None:
+    """Two runners: two ingest runs at once, a query beside one (it runs in its caller's
+    thread and returns while the ingest runs are still held), never a third run at once,
+    and every caller gets the bytes of its texts encoded alone."""
+    enc = _GatedEncoder(
+        _wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, cache_size=0, batch_size=4, runners=2
+    )
+    want = np.frombuffer(reference, np.float32).reshape(len(TEXTS), enc.dim)
+    enc.held = enc._tokenizer.encode("ingest").tokens[1]
+    ingest = [f"ingest {TEXTS[0]}"]  # one run, held
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(enc.encode, ingest)
+        assert enc.running.wait(10)
+        query = pool.submit(enc.encode, [TEXTS[7]], query=True)
+        assert query.result(10).tobytes() == want[7].tobytes()  # beside the held run
+        assert enc.most_inside == 2
+        second = pool.submit(enc.encode, [f"ingest {t}" for t in TEXTS[8:16]])  # two runs
+        deadline = time.monotonic() + 10
+        while enc.inside < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert enc.inside == 2  # the first held run and one of the second's
+        assert enc._queues["ingest"]  # the second's other run waits for a place
+        enc.release.set()
+        first.result(10)
+        second.result(10)
+    assert enc.most_inside == 2
+    alone = OnnxEncoder.from_settings(EncoderSettings(run_texts=1, cache_size=0, runners=1))
+    assert enc.encode(ingest).tobytes() == alone.encode(ingest).tobytes()
+
+
+def test_a_small_batch_is_shared_out_among_free_runners() -> None:
+    """9 texts, two free runners, runs of up to 8: runs of 5 and 4 side by side, not 8 then 1."""
+    enc = _GatedEncoder(
+        _wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, cache_size=0, batch_size=8, runners=2
+    )
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        done = pool.submit(enc.encode, [f"short text {i}" for i in range(9)])
+        deadline = time.monotonic() + 10
+        while enc.inside < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert sorted(len(chunk) for chunk in enc.chunks) == [4, 5]
+        enc.release.set()
+        assert done.result(10).shape == (9, enc.dim)
+    assert enc.most_inside == 2

@@ -28,6 +28,7 @@ T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # an old conversation: years befor
 class _Encoder:
     dim = DIM
     counts_by_line = True
+    runners = 1
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())

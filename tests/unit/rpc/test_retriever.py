@@ -240,3 +240,37 @@ async def test_a_slow_retrieval_logs_when_each_step_finished(
     assert [s for s in steps if f"{s} " in first] == steps
     assert "4 turns, 0 memories (1 slow retrievals since the last line)" in first
     assert "(3 slow retrievals since the last line)" in second
+
+
+class _Overlapping(HashEncoder):
+    """A HashEncoder whose calls take a while and count how many ran at once."""
+
+    def __init__(self, runners: int) -> None:
+        super().__init__()
+        self.runners = runners
+        self.inside = self.most_inside = 0
+        self._count = threading.Lock()
+
+    def encode(
+        self, texts: Sequence[str], *, query: bool = False, cache: bool = False
+    ) -> FloatArray:
+        with self._count:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+        try:
+            threading.Event().wait(0.02)
+            return super().encode(texts, query=query, cache=cache)
+        finally:
+            with self._count:
+                self.inside -= 1
+
+
+@pytest.mark.parametrize("runners", [1, 2])
+async def test_query_encoder_keeps_one_batch_in_flight_per_runner(runners: int) -> None:
+    encoder = _Overlapping(runners)
+    queries = QueryEncoder(encoder, max_batch=2)
+    texts = [f"question {i}" for i in range(8)]
+    vectors = await asyncio.gather(*(queries.encode(t) for t in texts))
+    assert encoder.most_inside == runners
+    for text, vector in zip(texts, vectors, strict=True):
+        assert vector.tobytes() == HashEncoder().encode([text])[0].tobytes()
