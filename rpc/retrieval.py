@@ -124,6 +124,8 @@ class QueryEncoder:
             if len(self._pending) < self.max_batch and self.max_wait_s > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self.max_wait_s)
+                if not self._pending:  # another worker took them while this one waited
+                    break
             self._full.clear()
             texts = list(self._pending)[: self.max_batch]
             batch = {text: self._pending.pop(text) for text in texts}
