@@ -62,14 +62,22 @@ class TokenCounter:
     retrieval); the consolidator counts its prompt, whose turn lines recur in every
     consolidation of their key. BERT's normaliser works char by char and its pre-tokenizer
     never makes a token across whitespace, so a text's count is the sum of its lines'
-    counts. Other tokenizers (a SentencePiece model marks word starts, for one) are counted
-    whole.
+    counts, and a line's the sum of its space-separated chunks' counts. A line not seen
+    before is counted chunk by chunk, memoised too: the consolidator's prompt carries its
+    memory as one long JSON line, new with every version but made of the last version's
+    chunks (measured on a 1.6 kB memory: 434 us whole, 32 us from known chunks; counting
+    it whole was 4% of the event loop's CPU during a replay, issue 14). Other tokenizers
+    (a SentencePiece model marks word starts, for one) are counted whole.
     """
 
     def __init__(self, encoder: TextEncoder, size: int = 65_536) -> None:
         self._whole = encoder.count_tokens
-        self._line = functools.lru_cache(maxsize=size)(encoder.count_tokens)
+        self._chunk = functools.lru_cache(maxsize=size)(encoder.count_tokens)
+        self._line = functools.lru_cache(maxsize=size)(self._line_tokens)
         self.by_line = encoder.counts_by_line
+
+    def _line_tokens(self, line: str) -> int:
+        return sum(self._chunk(chunk) for chunk in line.split(" "))
 
     def __call__(self, text: str) -> int:
         if not self.by_line:

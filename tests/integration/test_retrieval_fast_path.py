@@ -286,6 +286,9 @@ def test_token_counter_counts_like_the_encoder() -> None:
         "e-mail: ana@example.com, tel +34 600 123 456, naïve café, ﬁ ligature, emoji 📦",
         "x" * 300,
         "",
+        # Counted chunk by chunk at spaces: runs of spaces, other whitespace, JSON.
+        '  {"title":"Order A-10293","facts":["the  parcel\tleft"]}  ',
+        "a\u00a0b c\u3000d \u200bzero-width, don't   re-count",
     ]
     rng = np.random.default_rng(5)
     for _ in range(50):
