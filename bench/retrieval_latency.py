@@ -468,6 +468,13 @@ def _markdown(plan: Plan, raw: dict[str, Any]) -> str:
                 f"{_ms(r['latency'])} | {_ms(r['took'], 'p50')} / {_ms(r['took'])} | "
                 f"{phases} | {r['errors']} | {_pct_busy(r.get('machine_busy'))} |"
             )
+        failed = [
+            f"{r['label']}: " + ", ".join(f"{n} {kind}" for kind, n in r["error_kinds"].items())
+            for r in u["runs"]
+            if r.get("error_kinds")
+        ]
+        if failed:
+            lines += ["", "Errors by kind: " + "; ".join(failed) + "."]
         ref, bf, ds = u["encode_and_search"], u["brute_force"], u["direct_search"]
         half, same = _run(u, HALF), _run(u, REFERENCE)
         ratio = half["latency"]["p99"] / same["latency"]["p99"]

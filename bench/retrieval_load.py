@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +49,14 @@ class Run:
     latencies_ms: list[float] = field(default_factory=list)
     took_ms: list[float] = field(default_factory=list)
     errors: int = 0
+    # What each error was (an HTTP status or the client's exception), so a run says why.
+    error_kinds: Counter[str] = field(default_factory=Counter)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     machine_busy: float = float("nan")  # share of the machine's CPU in use, anyone's
+
+    def fail(self, kind: str) -> None:
+        self.errors += 1
+        self.error_kinds[kind] += 1
 
     @property
     def qps(self) -> float:
@@ -63,6 +70,7 @@ class Run:
             "seconds": self.seconds,
             "qps": self.qps,
             "errors": self.errors,
+            "error_kinds": dict(self.error_kinds),
             "latency": summary(self.latencies_ms),
             "took": summary(self.took_ms),
             "phases": self.phases,
@@ -96,8 +104,11 @@ class Driver:
             response = await self.client.post("/v1/retrieve", json=body)
             response.raise_for_status()
             took = float(response.json()["took_ms"])
-        except (httpx.HTTPError, KeyError, ValueError):
-            run.errors += 1
+        except httpx.HTTPStatusError as error:
+            run.fail(f"HTTP {error.response.status_code}")
+            return
+        except (httpx.HTTPError, KeyError, ValueError) as error:
+            run.fail(type(error).__name__)
             return
         run.latencies_ms.append((time.perf_counter() - since) * 1000)
         run.took_ms.append(took)
@@ -114,7 +125,7 @@ class Driver:
             for at, text in zip(arrivals, texts, strict=True):
                 await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
                 if len(tasks) >= MAX_IN_FLIGHT:
-                    run.errors += 1  # shed: the server is far past saturation
+                    run.fail("shed by the caller")  # the server is far past saturation
                     continue
                 task = asyncio.create_task(self.one(run, text, start + at))
                 tasks.add(task)

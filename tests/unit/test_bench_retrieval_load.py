@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bench.retrieval_load import poisson_arrivals, serve_open_loop
+from bench.retrieval_load import Run, poisson_arrivals, serve_open_loop
 
 
 def test_poisson_arrivals_are_one_schedule_for_a_seed() -> None:
@@ -37,3 +37,13 @@ def test_reference_that_falls_behind_queues_and_counts_the_wait() -> None:
     # The late one finds the queue empty: its latency is its service time.
     assert run.latencies_ms[4] - run.took_ms[4] < run.latencies_ms[3] - run.took_ms[3]
     assert run.errors == 0
+
+
+def test_a_run_reports_its_errors_by_kind() -> None:
+    run = Run("64 callers", "closed", 64)
+    run.fail("HTTP 500")
+    run.fail("ReadTimeout")
+    run.fail("HTTP 500")
+    report = run.report()
+    assert report["errors"] == 3
+    assert report["error_kinds"] == {"HTTP 500": 2, "ReadTimeout": 1}
