@@ -48,15 +48,17 @@ class Run:
     seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     took_ms: list[float] = field(default_factory=list)
-    errors: int = 0
     # What each error was (an HTTP status or the client's exception), so a run says why.
     error_kinds: Counter[str] = field(default_factory=Counter)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     machine_busy: float = float("nan")  # share of the machine's CPU in use, anyone's
 
     def fail(self, kind: str) -> None:
-        self.errors += 1
         self.error_kinds[kind] += 1
+
+    @property
+    def errors(self) -> int:
+        return sum(self.error_kinds.values())
 
     @property
     def qps(self) -> float:

@@ -22,9 +22,7 @@ def root_logger() -> Iterator[logging.Logger]:
     root.setLevel(level)
 
 
-def test_a_warning_worker_builds_no_debug_records(
-    root_logger: logging.Logger, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_warning_worker_builds_no_debug_records(root_logger: logging.Logger) -> None:
     app = faust.App("logging-test", broker="kafka://127.0.0.1:1", autodiscover=False)
     worker = faust_worker(app, "warning")
     worker._setup_logging()  # what execute_from_commandline does first
