@@ -40,6 +40,8 @@ def _settings(port: int | None = None) -> Settings:
     import pydantic
     from pydantic_settings import SettingsError
 
+    from schemas.common import tenant_problem
+
     try:
         settings = Settings()
     except UnknownSettingError as exc:  # a misspelt or renamed MEMSTREAM_* variable
@@ -50,6 +52,9 @@ def _settings(port: int | None = None) -> Settings:
         first = exc.errors()[0]
         name = ENV_PREFIX + ENV_NESTED.join(str(part) for part in first["loc"]).upper()
         _fail(f"invalid setting {name}: {first['msg']}")
+    for tenant in settings.rpc.api_keys.values():
+        if problem := tenant_problem(tenant):
+            _fail(f"invalid setting MEMSTREAM_RPC__API_KEYS: tenant {tenant!r}: {problem}")
     if port is not None:
         settings = settings.model_copy(
             update={"rpc": settings.rpc.model_copy(update={"port": port})}

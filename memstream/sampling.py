@@ -16,6 +16,7 @@ import faust
 from faust.types import TP
 
 from memstream.metrics import Metrics
+from schemas.identity import parse_user_key
 from stores.broker import every
 from stores.llm import Consolidator
 from stores.longterm import LongTermStore
@@ -87,7 +88,7 @@ async def sample_state(state: RedisState, metrics: Metrics) -> None:
     members = cast(list[bytes], await state.redis.srandmember(users_key, wanted) if wanted else [])
     pipe = state.redis.pipeline(transaction=False)
     for member in members:
-        tenant, _, user = member.decode().partition(":")
+        tenant, user = parse_user_key(member.decode())
         pipe.hlen(state._key(tenant, user, "clusters"))
         pipe.zcard(state._key(tenant, user, "timeline"))
     counts = await pipe.execute() if members else []

@@ -67,7 +67,7 @@ class FeedbackSink:
                     batch.append(self._queue.get_nowait())
                 await self.publisher.publish_many(
                     self.topic,
-                    [(f"{f.tenant_id}:{f.user_id}", f.model_dump_json().encode()) for f in batch],
+                    [(f.user_key, f.model_dump_json().encode()) for f in batch],
                 )
                 self.sent += len(batch)
             except Exception as exc:  # the broker's trouble must not end the drain

@@ -61,6 +61,9 @@ log = logging.getLogger("memstream.rpc")
 SLOW_LOG_INTERVAL_S = 1.0
 
 
+QueryKey = tuple[str, str]  # (tenant, query text)
+
+
 class QueryEncoder:
     """Query embeddings with a small LRU cache (bots repeat themselves) and micro-batching.
 
@@ -72,6 +75,9 @@ class QueryEncoder:
     measured here at 40 Poisson queries/s, a 2 ms window raised encode p50 26 -> 32 ms
     and p99 105 -> 164 ms. The same text asked twice at once is encoded once. Vectors do
     not depend on their batch-mates.
+
+    The cache and the pending texts are per tenant: a hit is faster than a miss, so a cache
+    shared by tenants would tell one tenant which questions another asked.
     """
 
     def __init__(
@@ -86,26 +92,28 @@ class QueryEncoder:
         self.size = size
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._pending: dict[str, asyncio.Future[np.ndarray]] = {}
+        self._cache: OrderedDict[QueryKey, np.ndarray] = OrderedDict()
+        self._pending: dict[QueryKey, asyncio.Future[np.ndarray]] = {}
         self._full: asyncio.Event | None = None
         self._workers: set[asyncio.Task[None]] = set()
 
-    def cached(self, text: str) -> np.ndarray | None:
-        """The text's vector if it is in the cache (no await: the caller's fast path)."""
-        hit = self._cache.get(text)
+    def cached(self, tenant_id: str, text: str) -> np.ndarray | None:
+        """The text's vector if the tenant's cache has it (no await: the caller's fast path)."""
+        key = (tenant_id, text)
+        hit = self._cache.get(key)
         if hit is not None:
-            self._cache.move_to_end(text)
+            self._cache.move_to_end(key)
         return hit
 
-    async def encode(self, text: str) -> np.ndarray:
-        hit = self.cached(text)
+    async def encode(self, tenant_id: str, text: str) -> np.ndarray:
+        hit = self.cached(tenant_id, text)
         if hit is not None:
             return hit
-        future = self._pending.get(text)
+        key = (tenant_id, text)
+        future = self._pending.get(key)
         if future is None:
             future = asyncio.get_running_loop().create_future()
-            self._pending[text] = future
+            self._pending[key] = future
             # A finished worker is done at once (its done callbacks would run a turn later).
             self._workers = {w for w in self._workers if not w.done()}
             if len(self._workers) < self.encoder.runners:
@@ -127,8 +135,9 @@ class QueryEncoder:
                 if not self._pending:  # another worker took them while this one waited
                     break
             self._full.clear()
-            texts = list(self._pending)[: self.max_batch]
-            batch = {text: self._pending.pop(text) for text in texts}
+            keys = list(self._pending)[: self.max_batch]
+            batch = {key: self._pending.pop(key) for key in keys}
+            texts = [text for _, text in keys]
             try:
                 vectors = await asyncio.to_thread(
                     functools.partial(self.encoder.encode, texts, query=True)
@@ -138,13 +147,13 @@ class QueryEncoder:
                     if not future.done():
                         future.set_exception(error)
                 continue
-            for (text, future), vector in zip(batch.items(), vectors, strict=True):
-                self._remember(text, vector)
+            for (key, future), vector in zip(batch.items(), vectors, strict=True):
+                self._remember(key, vector)
                 if not future.done():
                     future.set_result(vector)
 
-    def _remember(self, text: str, vector: np.ndarray) -> None:
-        self._cache[text] = vector
+    def _remember(self, key: QueryKey, vector: np.ndarray) -> None:
+        self._cache[key] = vector
         if len(self._cache) > self.size:
             self._cache.popitem(last=False)
 
@@ -186,13 +195,13 @@ class Retriever:
         # The reads that need no vector go while the query encodes (the encoder runs off
         # the loop): the turn index's Redis round trip, the key lookup, the clusters.
         turns_read = asyncio.ensure_future(self.turn_index.get(tenant_id, user))
-        vector = self.queries.cached(request.query)
+        vector = self.queries.cached(tenant_id, request.query)
         try:
             # One loop turn, so the read is sent now and its round trip overlaps the
             # lookups and the search (none of which yields on a cached user).
             await asyncio.sleep(0)
             if vector is None:
-                encoding = asyncio.ensure_future(self.queries.encode(request.query))
+                encoding = asyncio.ensure_future(self.queries.encode(tenant_id, request.query))
                 try:
                     keys, keyed, clusters = await self._unvectored(tenant_id, request)
                     marks["lookups"] = time.perf_counter()
@@ -216,7 +225,7 @@ class Retriever:
             # Turns are embedded without their speaker, who is matched apart (the speaker
             # bonus, BM25 over ``speaker (date): text``): the name left in the query only
             # pulls the dense side toward turns that mention the person.
-            turn_vector = await self.queries.encode(strip_names(request.query, named))
+            turn_vector = await self.queries.encode(tenant_id, strip_names(request.query, named))
             turns = await self.turn_index.get(tenant_id, user)
             marks["names"] = time.perf_counter()
         # No await from here to the ranking: ``turns.lexical`` is shared with later syncs.

@@ -39,14 +39,12 @@ from schemas import (
     RetrieveRequest,
     RetrieveResponse,
 )
+from schemas.common import USER_ID_RULE, UserId
 from schemas.rpc import ErrorBody, ForgetResponse, MemoryPage
 from stores.broker import EventPublisher
 from stores.forget import forget_user
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$"  # schemas.common.Identifier's
-UserPath = Annotated[
-    str, Path(min_length=1, max_length=128, pattern=ID_PATTERN, description="the user's id")
-]
+UserPath = Annotated[UserId, Path(description=f"the user's id: {USER_ID_RULE}")]
 MAX_PAGE = 200
 ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorBody, "description": "missing or unknown API key"},
@@ -267,7 +265,7 @@ def create_api(deps: ApiDeps) -> FastAPI:
     )
     async def get_memory(
         memory_id: Annotated[str, Path(min_length=1, max_length=64)],
-        user_id: Annotated[str, Query(min_length=1, max_length=128, pattern=ID_PATTERN)],
+        user_id: Annotated[UserId, Query(description=f"the user's id: {USER_ID_RULE}")],
         tenant_id: Tenant,
     ) -> ConsolidatedMemory:
         """One memory with its history of superseded facts; 404 unless it is this user's."""
@@ -291,7 +289,7 @@ def create_api(deps: ApiDeps) -> FastAPI:
         retriever.turn_index.evict(tenant_id, user_id)
         command = Control(tenant_id=tenant_id, user_id=user_id, action="forget_user", ts=at)
         await deps.publisher.publish(
-            settings.topic("control"), f"{tenant_id}:{user_id}", command.model_dump_json().encode()
+            settings.topic("control"), command.user_key, command.model_dump_json().encode()
         )
         return ForgetResponse(
             user_id=user_id,

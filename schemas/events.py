@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from schemas.common import Identifier, Model, Text, Timestamp
+from schemas.common import Identifier, Model, TenantId, Text, Timestamp, UserId
+from schemas.identity import user_key
 
 Role = Literal["user", "assistant", "system"]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
@@ -21,11 +22,11 @@ class EventMetadata(Model):
 
 
 class InteractionEvent(Model):
-    """One conversation turn, as a bot publishes it. Keyed ``tenant_id:user_id``."""
+    """One conversation turn, as a bot publishes it. Keyed ``user_key``."""
 
     event_id: Identifier
-    tenant_id: Identifier
-    user_id: Identifier
+    tenant_id: TenantId
+    user_id: UserId
     session_id: Identifier
     role: Role
     text: Text
@@ -34,7 +35,8 @@ class InteractionEvent(Model):
 
     @property
     def user_key(self) -> str:
-        return f"{self.tenant_id}:{self.user_id}"
+        """The record's Kafka key (``schemas.identity.user_key``)."""
+        return user_key(self.tenant_id, self.user_id)
 
 
 class EncodedEvent(Model):
@@ -43,6 +45,10 @@ class EncodedEvent(Model):
     event: InteractionEvent
     embedding: list[float] = Field(min_length=1, max_length=4096)
     model_id: str
+
+    @property
+    def user_key(self) -> str:
+        return self.event.user_key
 
 
 class Feedback(Model):
@@ -53,18 +59,28 @@ class Feedback(Model):
     """
 
     feedback_id: Annotated[str, StringConstraints(max_length=128)] | None = None
-    tenant_id: Identifier
-    user_id: Identifier
+    tenant_id: TenantId
+    user_id: UserId
     memory_ids: list[str] = Field(default_factory=list, max_length=256)
     turn_ids: list[str] = Field(default_factory=list, max_length=256)
     ts: Timestamp
+
+    @property
+    def user_key(self) -> str:
+        """The record's Kafka key (``schemas.identity.user_key``)."""
+        return user_key(self.tenant_id, self.user_id)
 
 
 class Control(Model):
     """Operator or API commands every stage obeys."""
 
-    tenant_id: Identifier
-    user_id: Identifier
+    tenant_id: TenantId
+    user_id: UserId
     action: Literal["forget_user", "pin_memory"]
     memory_id: str | None = None
     ts: Timestamp
+
+    @property
+    def user_key(self) -> str:
+        """The record's Kafka key (``schemas.identity.user_key``)."""
+        return user_key(self.tenant_id, self.user_id)

@@ -7,23 +7,29 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.common import Identifier, Model
+from schemas.common import Model, TenantId, UserId
+from schemas.identity import user_key
 
 TriggerReason = Literal["semantic", "cluster", "entity", "pin", "eager"]
 
 
 class RecurrenceTrigger(Model):
-    """A key recurred enough to pay for consolidation. Keyed ``tenant_id:user_id``."""
+    """A key recurred enough to pay for consolidation. Keyed ``user_key``."""
 
     trigger_id: str
-    tenant_id: Identifier
-    user_id: Identifier
+    tenant_id: TenantId
+    user_id: UserId
     key: str  # memory key, e.g. "entity:order:A-10293" or "topic:c7"
     reason: TriggerReason
     score: float = Field(ge=0.0)
     turn_ids: list[str] = Field(min_length=1)
     importance: float = Field(0.5, ge=0.0, le=1.0)
     ts: datetime
+
+    @property
+    def user_key(self) -> str:
+        """The record's Kafka key (``schemas.identity.user_key``)."""
+        return user_key(self.tenant_id, self.user_id)
 
 
 class Fact(Model):
@@ -68,11 +74,11 @@ class MemoryContent(Model):
 
 
 class ConsolidatedMemory(MemoryContent):
-    """One structured long-term memory; its id is uuid5(tenant:user:key)."""
+    """One structured long-term memory; its id: uuid5 of ``identity.scoped(tenant, user, key)``."""
 
     memory_id: str
-    tenant_id: Identifier
-    user_id: Identifier
+    tenant_id: TenantId
+    user_id: UserId
     key: str
     strength: float = 1.0
     created_at: datetime
@@ -92,14 +98,19 @@ class Reminder(Model):
     """An open action of a memory that fell due; emitted once to ``memstream.reminders``."""
 
     reminder_id: str  # deterministic: memory id + action, so a consumer can dedup too
-    tenant_id: Identifier
-    user_id: Identifier
+    tenant_id: TenantId
+    user_id: UserId
     memory_id: str
     key: str
     title: str
     action: OpenAction
     due: datetime
     ts: datetime  # when it was emitted
+
+    @property
+    def user_key(self) -> str:
+        """The record's Kafka key (``schemas.identity.user_key``)."""
+        return user_key(self.tenant_id, self.user_id)
 
 
 class StoredTurn(Model):

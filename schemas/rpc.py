@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.common import Identifier, Model, Text, Timestamp
+from schemas.common import Identifier, Model, Text, Timestamp, UserId
 from schemas.events import EventMetadata, Role
 from schemas.memories import ConsolidatedMemory
 
@@ -15,7 +15,7 @@ MAX_BATCH_EVENTS = 500
 
 
 class RetrieveRequest(Model):
-    user_id: Identifier
+    user_id: UserId
     query: Text
     budget_tokens: int = Field(512, ge=32, le=8192)
     top_k: int = Field(8, ge=1, le=50)
@@ -44,7 +44,7 @@ class RetrieveResponse(Model):
 class EventIn(Model):
     """An event as a bot posts it; ``event_id`` defaults to a fresh uuid, ``ts`` to now."""
 
-    user_id: Identifier
+    user_id: UserId
     session_id: Identifier
     role: Role
     text: Text

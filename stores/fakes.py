@@ -20,6 +20,7 @@ import numpy as np
 from memory.clustering import Cluster
 from memory.hot_tier import evictions
 from schemas import StoredTurn
+from schemas.identity import user_key
 from stores.codecs import (
     cluster_from_bytes,
     cluster_to_bytes,
@@ -249,9 +250,11 @@ class FakeShortTermState:
     async def release_reminder(self, tenant_id: str, user_id: str, reminder_id: str) -> None:
         self._user(tenant_id, user_id).reminders.discard(reminder_id)
 
-    async def users(self) -> list[str]:
+    async def users(self) -> list[tuple[str, str]]:
         # Listed once memorize wrote for them (Redis: SADD before the user's transaction).
-        return sorted(f"{t}:{u}" for (t, u), s in self._users.items() if s.tall or s.seen)
+        return sorted(
+            (p for p, s in self._users.items() if s.tall or s.seen), key=lambda p: user_key(*p)
+        )
 
     async def count_turns(self, tenant_id: str, user_id: str) -> int:
         return await self.turns_written(tenant_id, user_id) or await self.count_hot_turns(

@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from memory.reminders import due_times
+from schemas.identity import scoped
 from schemas.memories import ConsolidatedMemory, StoredTurn
 
 # Fixed for the life of the project: changing it would orphan every stored memory id.
@@ -82,12 +83,12 @@ Payload = dict[str, Any]
 
 def memory_point_id(tenant_id: str, user_id: str, key: str) -> str:
     """The deterministic id of a user's memory for `key`: re-consolidating updates, never adds."""
-    return str(uuid.uuid5(MEMORY_ID_NAMESPACE, f"{tenant_id}:{user_id}:{key}"))
+    return str(uuid.uuid5(MEMORY_ID_NAMESPACE, scoped(tenant_id, user_id, key)))
 
 
 def turn_point_id(tenant_id: str, user_id: str, event_id: str) -> str:
     """The archive's id of a user's turn: writing the same event again replaces it."""
-    return str(uuid.uuid5(TURN_ID_NAMESPACE, f"{tenant_id}:{user_id}:{event_id}"))
+    return str(uuid.uuid5(TURN_ID_NAMESPACE, scoped(tenant_id, user_id, event_id)))
 
 
 @dataclass(frozen=True)

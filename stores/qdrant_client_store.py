@@ -165,15 +165,18 @@ class QdrantClientStore(LongTermStore):
         ids = list(dict.fromkeys(i for i in memory_ids if canonical_id(i) is not None))
         if not ids or not await self._ready():
             return []
-        records = await self._client.retrieve(
-            self.collection, ids, with_payload=True, with_vectors=False
+        # The owner in the filter, not checked on a fetched payload: another tenant's id
+        # costs what an id that does not exist costs (no payload is read for it).
+        owner = [models.HasIdCondition(has_id=list(ids)), *_owner_filter(tenant_id, user_id)]
+        records, _ = await self._client.scroll(
+            self.collection,
+            scroll_filter=models.Filter(must=owner),
+            limit=len(ids),
+            with_payload=True,
+            with_vectors=False,
         )
         payloads = {str(r.id): r.payload for r in records}
-        return [
-            from_payload(payloads[i])
-            for i in ids
-            if i in payloads and owned_by(payloads[i], tenant_id, user_id)
-        ]
+        return [from_payload(payloads[i]) for i in ids if i in payloads]
 
     async def search(
         self, tenant_id: str, user_id: str, vector: np.ndarray, limit: int

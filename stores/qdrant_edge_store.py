@@ -53,6 +53,7 @@ from qdrant_edge import (
     FieldCondition,
     Filter,
     FloatIndexParams,
+    HasIdCondition,
     HnswIndexConfig,
     IsEmptyCondition,
     KeywordIndexParams,
@@ -499,13 +500,12 @@ class QdrantEdgeStore(LongTermStore):
         ids = list(dict.fromkeys(i for i in memory_ids if canonical_id(i) is not None))
         if shard is None or not ids:
             return []
-        records = shard.retrieve(list(ids), with_payload=True, with_vector=False)
+        # The owner in the filter, not checked on a fetched payload: another tenant's id
+        # costs what an id that does not exist costs (no payload is read for it).
+        owner = [HasIdCondition(set(ids)), *_owner_filter(tenant_id, user_id)]
+        records, _ = _page(shard, owner, len(ids), None)
         payloads = {str(r.id): r.payload for r in records}
-        return [
-            from_payload(payloads[i])
-            for i in ids
-            if i in payloads and owned_by(payloads[i], tenant_id, user_id)
-        ]
+        return [from_payload(payloads[i]) for i in ids if i in payloads]
 
     async def search(
         self, tenant_id: str, user_id: str, vector: np.ndarray, limit: int

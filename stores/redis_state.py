@@ -1,7 +1,8 @@
 """Short-term memory and per-user state in Redis (or any Redis-protocol server).
 
-Every key of a user carries the hash tag ``{tenant:user}`` so Redis Cluster keeps a user on
-one shard and a user's update can be one MULTI/EXEC transaction:
+Every key of a user carries the hash tag ``{t:u}`` (``schemas.identity.user_key``: its parts
+percent-encoded, so no two users share it and the tag holds no brace) so Redis Cluster keeps
+a user on one shard and a user's update can be one MULTI/EXEC transaction:
 
     {p}:{t:u}:turn:<event_id>   hash   doc (StoredTurn JSON), emb (float16 bytes)
     {p}:{t:u}:timeline          zset   event ids of short-term turns by time (the hot tier)
@@ -22,7 +23,7 @@ one shard and a user's update can be one MULTI/EXEC transaction:
     {p}:{t:u}:trig:<trigger_id> string consolidated-trigger marker; TTL
     {p}:{t:u}:etrig:<event_id>  hash   trigger id -> RecurrenceTrigger JSON an event emitted,
                                        so a replay can re-send the unconsolidated; TTL
-    {p}:users                   set    every "tenant:user" seen (operators, rebuilds)
+    {p}:users                   set    every user key seen (operators, rebuilds)
     {tp}:forgotten:{t:u}        string forget tombstone: epoch seconds (see mark_forgotten);
                                        tp = the tombstone prefix, shared by every generation
 
@@ -68,6 +69,7 @@ from memory.clustering import Cluster, ClusterState
 from memory.hot_tier import Eviction, cutoff, evictions, prefix_needed
 from memory.recurrence import KeyState, TurnSignal
 from schemas import StoredTurn
+from schemas.identity import parse_user_key, user_key
 from stores.codecs import (
     cluster_from_bytes,
     cluster_to_bytes,
@@ -95,7 +97,7 @@ def _text(value: object) -> str:
 
 
 def user_tag(tenant_id: str, user_id: str) -> str:
-    return "{" + f"{tenant_id}:{user_id}" + "}"
+    return "{" + user_key(tenant_id, user_id) + "}"
 
 
 @dataclass(frozen=True)
@@ -355,7 +357,7 @@ class RedisState:
             return
         _once_each(writes)
         hot = await self._hot_tiers(writes)
-        members = [f"{w.tenant_id}:{w.user_id}" for w in writes]
+        members = [user_key(w.tenant_id, w.user_id) for w in writes]
         try:
             if isinstance(self.redis, RedisCluster):
                 # The users set is another slot: outside the users' transactions, and first,
@@ -653,8 +655,9 @@ class RedisState:
     async def release_reminder(self, tenant_id: str, user_id: str, reminder_id: str) -> None:
         await self.redis.delete(self._key(tenant_id, user_id, "remind", reminder_id))
 
-    async def users(self) -> list[str]:
-        return sorted(_text(u) for u in await self.redis.smembers(f"{self.prefix}:users"))
+    async def users(self) -> list[tuple[str, str]]:
+        members = sorted(_text(u) for u in await self.redis.smembers(f"{self.prefix}:users"))
+        return [parse_user_key(m) for m in members]
 
     async def count_turns(self, tenant_id: str, user_id: str) -> int:
         """Turns memorize wrote for the user: hot, or gone on to the archive."""
@@ -737,7 +740,7 @@ class RedisState:
                 batch.clear()
         if batch:
             deleted += int(await self.redis.delete(*batch))
-        await self.redis.srem(f"{self.prefix}:users", f"{tenant_id}:{user_id}")
+        await self.redis.srem(f"{self.prefix}:users", user_key(tenant_id, user_id))
         return deleted
 
 

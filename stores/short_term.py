@@ -118,8 +118,8 @@ class ShortTermState(Protocol):
 
     async def release_reminder(self, tenant_id: str, user_id: str, reminder_id: str) -> None: ...
 
-    async def users(self) -> list[str]:
-        """Every ``tenant:user`` with state, sorted."""
+    async def users(self) -> list[tuple[str, str]]:
+        """Every (tenant, user) with state, sorted by ``schemas.identity.user_key``."""
         ...
 
     async def count_turns(self, tenant_id: str, user_id: str) -> int: ...

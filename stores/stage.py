@@ -51,6 +51,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from memstream.logs import event_id_of
 from memstream.metrics import DLQ_REASONS, Metrics
 from schemas import DeadLetter
+from schemas.identity import key_problem
 from stores.broker import Taken, every, take_events, take_ready, take_ready_deferred
 
 log = logging.getLogger("memstream.streams")
@@ -159,6 +160,19 @@ def validated(model: type[M], raw: bytes) -> M:
     return cast(M, _validated(model, raw))
 
 
+class MisKeyed(ValueError):
+    """A valid body under a key that is missing, malformed or another user's."""
+
+
+def keyed(model: type[M], key: bytes | None, raw: bytes) -> M:
+    """``validated``, and the record's key is its body's user (``schemas.identity``)."""
+    value = validated(model, raw)
+    owner: str | None = getattr(value, "user_key", None)  # the models of per-user topics
+    if owner is not None and (problem := key_problem(key, owner)):
+        raise MisKeyed(problem)
+    return value
+
+
 # -- dead letters -------------------------------------------------------------------------
 
 MAX_REASON_CHARS = 2000
@@ -211,10 +225,12 @@ class DeadLetters:
             await self.send("empty value (null record)", key, b"", reason_class="validation")
             return None
         try:
-            return validated(model, value)
+            return keyed(model, key, value)
         except ValidationError as exc:
             await self.send(describe_invalid(exc, value), key, value, reason_class="validation")
-            return None
+        except MisKeyed as exc:
+            await self.send(str(exc), key, value, reason_class="validation")
+        return None
 
     async def poison(self, exc: BaseException, key: bytes | None, value: bytes) -> None:
         """A valid message whose handling kept failing: park it, let the partition go on."""
@@ -310,7 +326,7 @@ class Stage:
         if invalid == "skip":
             # Another stage dead-letters this topic's bad records: one letter per message.
             try:
-                value = validated(model, raw)
+                value = keyed(model, key, raw)
             except ValueError:
                 self.metrics.events.labels(self.name, "skipped").inc()
                 return None

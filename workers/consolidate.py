@@ -32,6 +32,7 @@ from memory.strength import StrengthParams, initial_strength
 from memory.vectors import mean_direction
 from memstream.metrics import Metrics
 from schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
+from schemas.identity import user_key
 from stores.broker import Topics
 from stores.llm import Consolidator, build_messages
 from stores.longterm import LongTermStore, memory_point_id
@@ -237,7 +238,7 @@ def register_consolidate(
                 handled += 1
                 if result is not None:
                     await topics.consolidated.send(
-                        key=f"{job.tenant_id}:{job.user_id}".encode(),
+                        key=user_key(job.tenant_id, job.user_id).encode(),
                         value=result.model_dump_json().encode(),
                     )
         return handled

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import zlib
 
+from schemas.identity import user_key
+
 STRIPES = 256
 
 
@@ -20,5 +22,5 @@ class UserLocks:
         self._locks = [asyncio.Lock() for _ in range(stripes)]
 
     def __call__(self, tenant_id: str, user_id: str) -> asyncio.Lock:
-        index = zlib.crc32(f"{tenant_id}:{user_id}".encode()) % len(self._locks)
+        index = zlib.crc32(user_key(tenant_id, user_id).encode()) % len(self._locks)
         return self._locks[index]

@@ -69,7 +69,7 @@ def register_reminders(
 ) -> None:
     async def send(reminder: Reminder) -> None:
         delivery = await topics.reminders.send(
-            key=f"{reminder.tenant_id}:{reminder.user_id}".encode(),
+            key=reminder.user_key.encode(),
             value=reminder.model_dump_json().encode(),
         )
         await delivery

@@ -69,7 +69,7 @@ class StrengthWorker:
         repeated run). Users without short-term state (none yet, or forgotten) have no
         clock, so their memories wait, as they did when this pass scanned every memory."""
         changed = 0
-        users = [pair for member in await self.state.users() for pair in tenant_users(member)]
+        users = await self.state.users()
         for start in range(0, len(users), USERS_PAGE):
             page = users[start : start + USERS_PAGE]
             clocks = await self.state.newest_events(page)
@@ -104,17 +104,6 @@ class StrengthWorker:
             if after:
                 await self.longterm.rewrite(after)
         return sum(a is not m for a, m in zip(after, fresh, strict=True))
-
-
-def tenant_users(member: str) -> list[tuple[str, str]]:
-    """The (tenant, user) pairs a ``tenant:user`` member of ``ShortTermState.users`` can
-    name: ids may hold ':' themselves, so every split is a candidate (only the users that
-    exist have a newest event)."""
-    return [
-        (member[:k], member[k + 1 :])
-        for k, c in enumerate(member)
-        if c == ":" and 0 < k < len(member) - 1
-    ]
 
 
 def register_strength(

@@ -12,16 +12,18 @@ from prometheus_client import CollectorRegistry
 from rich.progress import Progress
 
 from memstream.metrics import Metrics
+from schemas.identity import parse_user_key, user_key
 from stores.broker import EventPublisher
 from stores.redis_state import RedisState
 
 
 def message_key(line: bytes) -> str:
-    """``tenant:user`` when the line says so; anything else still goes out (to reach the DLQ)."""
+    """The record key (``schemas.identity.user_key``) when the line names a user; anything
+    else still goes out (to reach the DLQ)."""
     try:
         doc = json.loads(line)
-        return f"{doc['tenant_id']}:{doc['user_id']}"
-    except (ValueError, KeyError, TypeError):
+        return user_key(doc["tenant_id"], doc["user_id"])
+    except (ValueError, KeyError, TypeError, UnicodeError):
         return "unparseable"
 
 
@@ -29,9 +31,10 @@ def file_users(path: Path) -> list[tuple[str, str]]:
     """Every (tenant, user) a JSONL file of events speaks for, in first-seen order."""
     seen: dict[tuple[str, str], None] = {}
     for line in path.read_bytes().splitlines():
-        tenant, sep, user = message_key(line).partition(":")
-        if sep and line.strip():
-            seen.setdefault((tenant, user), None)
+        try:
+            seen.setdefault(parse_user_key(message_key(line)), None)
+        except ValueError:
+            continue  # no user: the line goes out to be dead-lettered
     return list(seen)
 
 
@@ -47,7 +50,7 @@ async def forgotten_users(
     found = []
     for tenant, user in users:
         if await state.forgotten_at(tenant, user) is not None:
-            found.append(f"{tenant}:{user}")
+            found.append(user_key(tenant, user))
             if restore:
                 await state.clear_forgotten(tenant, user)
     return found

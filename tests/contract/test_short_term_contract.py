@@ -119,7 +119,7 @@ async def test_apply_writes_the_turn_as_stored_and_marks_the_event(make_state: M
     vectors = await state.member_vectors(TENANT, USER, ["e1", "missing"])
     assert list(vectors) == ["e1"]
     assert np.array_equal(vectors["e1"], expected)
-    assert await state.users() == [f"{TENANT}:{USER}"]
+    assert await state.users() == [(TENANT, USER)]
     assert await state.timeline_ids(TENANT, USER) == ["e1"]
     # Isolation: the other user, and the same user id of another tenant, see nothing.
     assert await state.turns(TENANT, OTHER, ["e1"]) == []

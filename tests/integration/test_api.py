@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -52,15 +53,23 @@ from streams.memorize import Decision, Memorizer
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-TENANTS = ("acme", "globex", "initech")
-USERS = ("u1", "u2", "u3")
+TENANTS = ("acme", "acme.eu", "globex")
+# Ids that met in the stores when a user was named "tenant:user": the separator, its
+# percent-encoding, scripts, NFC forms and case must all stay apart.
+USERS = ("u1", "eu:u1", "eu%3Au1", "Zoë-名前", "bob@example.com", "BOB@example.com")
 KEYS = {tenant: f"key-{tenant}-{uuid.uuid4().hex[:6]}" for tenant in TENANTS}
 TOPICS = ("parcel delivery", "refund request", "password reset", "gift card balance")
 
 
 def marker(tenant: str, user: str) -> str:
-    """A word only this tenant's user's data contains."""
-    return f"zq{tenant}{user}"
+    """A word only this tenant's user's data contains (and no other's marker holds)."""
+    if tenant in TENANTS and user in USERS:
+        return f"zq{TENANTS.index(tenant)}x{USERS.index(user)}q"
+    return f"zq{tenant}{user}q"
+
+
+def path(user: str) -> str:
+    return quote(user, safe="")
 
 
 @dataclass
@@ -82,7 +91,7 @@ async def _seed(api: Api, tenant: str, user: str) -> None:
     vectors = api.encoder.encode(texts)
     for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
         turn = StoredTurn(
-            event_id=f"{tenant}-{user}-e{i}",
+            event_id=f"{marker(tenant, user)}-e{i}",
             session_id="s1",
             role="user",
             text=text,
@@ -100,7 +109,7 @@ async def _seed(api: Api, tenant: str, user: str) -> None:
         facts=[Fact(text=f"The parcel of {marker(tenant, user)} is late")],
         created_at=T0,
         updated_at=T0 + timedelta(hours=1),
-        source_event_ids=[f"{tenant}-{user}-e0"],
+        source_event_ids=[f"{marker(tenant, user)}-e0"],
     )
     await api.longterm.upsert([(memory, api.encoder.encode([memory.title])[0])])
 
@@ -179,10 +188,10 @@ async def test_nobody_sees_another_tenants_or_users_data(
     assert body["items"], "the caller's own data is found"
     for item in body["items"]:
         assert mine in item["text"]
-        assert all(e.startswith(f"{tenant}-{user}-") for e in item["source_event_ids"])
+        assert all(e.startswith(f"{mine}-") for e in item["source_event_ids"])
     assert not any(o in body["context"] for o in others)
 
-    listed = await api.http.get(f"/v1/users/{user}/memories", headers=api.headers(tenant))
+    listed = await api.http.get(f"/v1/users/{path(user)}/memories", headers=api.headers(tenant))
     assert listed.status_code == 200
     assert [m["tenant_id"] for m in listed.json()["memories"]] == [tenant]
     assert {m["user_id"] for m in listed.json()["memories"]} == {user}
@@ -200,6 +209,34 @@ async def test_nobody_sees_another_tenants_or_users_data(
 
 
 # --- forget ---------------------------------------------------------------------------------
+
+
+async def test_forgetting_a_user_whose_id_holds_the_separator_touches_no_other(api: Api) -> None:
+    """The security report's pair, as ids may now spell it: ("acme", "eu:bob") and the users
+    whose names once composed to the same string. Forgetting one leaves the others whole in
+    Redis, the archive and the memories, and their retrievals still find only their own."""
+    people = [("acme", "eu:bob"), ("acme", "eu%3Abob"), ("acme.eu", "bob"), ("acme", "eu")]
+    for tenant, user in people:
+        await _seed(api, tenant, user)
+    forgotten, *kept = people
+    client = AsyncMemoryClient("http://api", KEYS["acme"], transport=api.transport)
+    await client.forget(forgotten[1])
+    await client.close()
+    assert await api.longterm.count(*forgotten) == 0
+    assert await api.longterm.count_turns(*forgotten) == 0
+    assert await api.state.count_hot_turns(*forgotten) == 0
+    for tenant, user in kept:
+        assert await api.longterm.count(tenant, user) == 1
+        assert await api.longterm.count_turns(tenant, user) == len(TOPICS)
+        assert await api.state.count_hot_turns(tenant, user) == len(TOPICS)
+        got = await api.http.post(
+            "/v1/retrieve",
+            json={"user_id": user, "query": f"parcel {marker(*forgotten)}", "top_k": 20},
+            headers=api.headers(tenant),
+        )
+        assert got.status_code == 200
+        assert got.json()["items"]
+        assert all(marker(tenant, user) in item["text"] for item in got.json()["items"])
 
 
 async def _keys_of(state: RedisState, tenant: str, user: str) -> list[bytes]:
@@ -256,9 +293,10 @@ async def test_forget_leaves_no_residue_and_in_flight_events_stay_forgotten(api:
 
     # The control event that makes every processor drop the user's in-flight data.
     commands = [Control.model_validate_json(v) for v in await _read(api, "control", 1)]
-    assert [(c.tenant_id, c.user_id, c.action) for c in commands] == [(tenant, user, "forget_user")]
+    mine = [(c.tenant_id, c.user_id, c.action) for c in commands if c.tenant_id == tenant]
+    assert mine == [(tenant, user, "forget_user")]
     with pytest.raises(MemstreamError) as error:
-        await client.forget("bad user!")
+        await client.forget("bad\tuser")
     assert error.value.status == 422
     await client.close()
 
@@ -287,14 +325,14 @@ async def _read(api: Api, name: str, at_least: int) -> list[bytes]:
 async def test_retrieval_reports_what_it_used_as_feedback(api: Api) -> None:
     got = await api.http.post(
         "/v1/retrieve",
-        json={"user_id": "u2", "query": "parcel", "top_k": 5},
-        headers=api.headers("initech"),
+        json={"user_id": "eu:u1", "query": "parcel", "top_k": 5},
+        headers=api.headers("acme.eu"),
     )
     assert got.status_code == 200
     await api.feedback.flush()
     assert api.feedback.sent >= 1
     sent = [Feedback.model_validate_json(v) for v in await _read(api, "feedback", 1)]
-    mine = [f for f in sent if (f.tenant_id, f.user_id) == ("initech", "u2")]
+    mine = [f for f in sent if (f.tenant_id, f.user_id) == ("acme.eu", "eu:u1")]
     used = {i["id"] for i in got.json()["items"]}
     assert any(set(f.memory_ids + f.turn_ids) == used for f in mine)
 
@@ -377,7 +415,7 @@ async def test_client_mistakes_get_clear_4xx(api: Api) -> None:
     assert chunked.status_code == 413  # no Content-Length: counted as it arrives
     small = await post("/v1/retrieve", content=_chunks(b"parcel"), headers=json_h)
     assert small.status_code == 200
-    bad_user = await api.http.get("/v1/users/..%20x/memories", headers=h)
+    bad_user = await api.http.get("/v1/users/%20x/memories", headers=h)
     assert bad_user.status_code == 422
     missing = await api.http.get(
         f"/v1/memories/{uuid.uuid4()}", params={"user_id": "u1"}, headers=h

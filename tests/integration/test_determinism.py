@@ -122,8 +122,8 @@ def snapshot(settings: Settings, data_dir: Path, llm_calls: float) -> Snapshot:
         store = open_longterm(settings.qdrant, data_dir)
         found: Snapshot = {"turns": {}, "clusters": {}, "triggers": {}, "memories": {}}
         try:
-            for tenant_user in await state.users():
-                tenant, user = tenant_user.split(":", 1)
+            for tenant, user in await state.users():
+                tenant_user = f"{tenant}:{user}"
                 hot = await state.turns(tenant, user, await state.timeline_ids(tenant, user))
                 archived, _ = await store.list_turns(tenant, user, limit=100_000)
                 found["turns"][tenant_user] = {

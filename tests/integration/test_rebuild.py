@@ -83,8 +83,8 @@ def snapshot(
         store = open_longterm(*qdrant) if qdrant else None
         found: Snapshot = {}
         try:
-            for tenant_user in await state.users():
-                tenant, user = tenant_user.split(":", 1)
+            for tenant, user in await state.users():
+                tenant_user = f"{tenant}:{user}"
                 ids = await state.timeline_ids(tenant, user)
                 docs = [t.turn for t in await state.turns(tenant, user, ids)]
                 clusters = await state.clusters(tenant, user)

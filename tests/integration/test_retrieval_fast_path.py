@@ -250,7 +250,7 @@ async def test_query_encoder_batches_concurrent_texts() -> None:
     encoder = recording_encoder()
     queries = QueryEncoder(encoder, max_batch=8, max_wait_s=0.01)
     texts = [f"question {i}" for i in range(20)] + ["question 3"]  # one asked twice at once
-    vectors = await asyncio.gather(*(queries.encode(t) for t in texts))
+    vectors = await asyncio.gather(*(queries.encode("acme", t) for t in texts))
     alone = encoder.encode(texts)
     encoder.calls.pop()
     assert np.allclose(np.stack(vectors), alone)
@@ -258,7 +258,7 @@ async def test_query_encoder_batches_concurrent_texts() -> None:
     assert len(encoder.calls) == 3  # 20 distinct texts in batches of at most 8
     assert all(len(call) <= 8 for call in encoder.calls)
     calls = len(encoder.calls)
-    again = await queries.encode("question 5")  # cached
+    again = await queries.encode("acme", "question 5")  # cached
     assert len(encoder.calls) == calls
     assert np.array_equal(again, vectors[5])
 
@@ -267,11 +267,11 @@ async def test_query_encoder_errors_reach_every_caller_and_it_recovers() -> None
     encoder = recording_encoder(fail=True)
     queries = QueryEncoder(encoder, max_wait_s=0.001)
     results = await asyncio.gather(
-        *(queries.encode(f"q{i}") for i in range(5)), return_exceptions=True
+        *(queries.encode("acme", f"q{i}") for i in range(5)), return_exceptions=True
     )
     assert all(isinstance(r, RuntimeError) for r in results)
     encoder.fail = False
-    assert (await queries.encode("q1")).shape == (DIM,)
+    assert (await queries.encode("acme", "q1")).shape == (DIM,)
 
 
 def test_token_counter_counts_like_the_encoder() -> None:

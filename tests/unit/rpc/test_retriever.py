@@ -248,7 +248,7 @@ class _Overlapping(HashEncoder):
     def __init__(self, runners: int) -> None:
         super().__init__()
         self.runners = runners
-        self.inside = self.most_inside = 0
+        self.inside = self.most_inside = self.calls = 0
         self._count = threading.Lock()
 
     def encode(
@@ -256,6 +256,7 @@ class _Overlapping(HashEncoder):
     ) -> FloatArray:
         with self._count:
             self.inside += 1
+            self.calls += 1
             self.most_inside = max(self.most_inside, self.inside)
         try:
             threading.Event().wait(0.02)
@@ -270,7 +271,19 @@ async def test_query_encoder_keeps_one_batch_in_flight_per_runner(runners: int) 
     encoder = _Overlapping(runners)
     queries = QueryEncoder(encoder, max_batch=2)
     texts = [f"question {i}" for i in range(8)]
-    vectors = await asyncio.gather(*(queries.encode(t) for t in texts))
+    vectors = await asyncio.gather(*(queries.encode("acme", t) for t in texts))
     assert encoder.most_inside == runners
     for text, vector in zip(texts, vectors, strict=True):
         assert vector.tobytes() == HashEncoder().encode([text])[0].tobytes()
+
+
+async def test_query_cache_is_per_tenant_so_one_cannot_learn_anothers_questions() -> None:
+    encoder = _Overlapping(1)
+    queries = QueryEncoder(encoder)
+    await queries.encode("acme", "where is my refund")
+    assert queries.cached("acme", "where is my refund") is not None
+    # Another tenant asking the same words misses (and pays the encode), as for a new text.
+    assert queries.cached("globex", "where is my refund") is None
+    before = encoder.calls
+    await queries.encode("globex", "where is my refund")
+    assert encoder.calls > before

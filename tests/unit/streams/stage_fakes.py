@@ -4,14 +4,16 @@ feed of batches for the pipelined loop."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from schemas import DeadLetter
+from schemas.identity import user_key
 from stores.broker import Taken
 from stores.stage import Stage
 
@@ -33,9 +35,21 @@ class RecordingTopic:
         return [DeadLetter.model_validate_json(v) for _, v in self.sent]
 
 
-def message(value: bytes | None, key: bytes | None = b"acme:u1") -> Any:
-    """A consumed record as the loops read it (``key``, ``value``)."""
+def message(value: bytes | None, key: bytes | Literal["owner"] | None = "owner") -> Any:
+    """A consumed record as the loops read it (``key``, ``value``); keyed by default as a
+    producer keys it: the body's user (``schemas.identity.user_key``) when it names one."""
+    if key == "owner":
+        key = _owner_key(value)
     return SimpleNamespace(key=key, value=value)
+
+
+def _owner_key(value: bytes | None) -> bytes:
+    try:
+        doc = json.loads(value or b"")
+        doc = doc.get("event", doc)
+        return user_key(doc["tenant_id"], doc["user_id"]).encode()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return b"acme:u1"
 
 
 def stage(name: str, source: str) -> tuple[Stage, RecordingTopic, Metrics]:

@@ -119,6 +119,32 @@ async def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_published
     assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
 
 
+async def test_a_record_keyed_for_another_user_or_for_none_is_dead_lettered() -> None:
+    """The key routes a record to its user's partition and state: one that lies would put a
+    turn in another user's order, so it goes to the DLQ with the reason, never through."""
+    s, dlq, metrics = stage(STAGE, "memstream.events")
+    out = RecordingTopic("memstream.encoded")
+    handler = EventEncoder(s, HashEncoder(), cast(Any, out))
+    body = event(1, "my pin is 4321", user="eu:bob")
+    batch = [
+        message(event(0, "first", user="eu:bob")),  # keyed acme:eu%3Abob, as producers do
+        message(body, key=b"acme:bob"),  # another user
+        message(body, key=b"globex:eu%3Abob"),  # another tenant
+        message(body, key=None),  # no key
+        message(body, key=b"acme:eu:bob"),  # the old, ambiguous form
+        message(event(2, "last", user="eu:bob")),
+    ]
+    await s.handle_batch(InteractionEvent, handler.handle, batch)
+
+    assert [e.event.event_id for _, e in published(out)] == ["e0", "e2"]
+    reasons = [d.reason for d in dlq.letters()]
+    assert "names another user" in reasons[0]
+    assert "names another tenant" in reasons[1]
+    assert reasons[2].startswith("record has no key")
+    assert reasons[3].startswith("malformed record key 'acme:eu:bob'")
+    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="validation") == 4
+
+
 async def test_a_text_the_encoder_fails_on_is_parked_and_its_batch_mates_go_on() -> None:
     s, dlq, metrics = stage(STAGE, "memstream.events")
     out = RecordingTopic("memstream.encoded")

@@ -14,7 +14,7 @@ from stores.fakes import FakeShortTermState
 from stores.longterm import LongTermStore, memory_point_id
 from tests.unit.over_fakes import ENCODER, put_hot
 from workers.locks import UserLocks
-from workers.strength import SCAN_PAGE, StrengthWorker, tenant_users
+from workers.strength import SCAN_PAGE, StrengthWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -110,18 +110,11 @@ async def test_decay_never_takes_a_memory_under_the_floor(longterm: LongTermStor
     assert await strength_of(longterm, weak) == pytest.approx(PARAMS.floor)
 
 
-def test_a_users_member_names_every_split_at_a_colon() -> None:
-    assert tenant_users("acme:u1") == [("acme", "u1")]
-    # Ids may hold ':' (schemas.common): each split is a candidate, none empty.
-    assert tenant_users("acme:eu:u1") == [("acme", "eu:u1"), ("acme:eu", "u1")]
-    assert tenant_users("acme:") == []
-
-
 async def test_decay_reaches_users_whose_ids_hold_a_colon(longterm: LongTermStore) -> None:
-    theirs = memory("acme:eu", "u:1", "order:A-4")
+    theirs = memory("acme", "eu:u:1", "order:A-4")
     await stored(longterm, theirs)
     state = FakeShortTermState()
-    await said(state, "acme:eu", "u:1", T0 + 3 * DAY)
+    await said(state, "acme", "eu:u:1", T0 + 3 * DAY)
     assert await worker(longterm, state).decay_all() == 1
     assert await strength_of(longterm, theirs) == pytest.approx(0.99**3, rel=1e-5)
 
