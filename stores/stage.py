@@ -262,11 +262,20 @@ class DeadLetters:
 
 @dataclass(frozen=True)
 class Received(Generic[M]):
-    """A decoded message with its key and raw value (what a dead letter carries)."""
+    """A decoded message with its key and raw value (what a dead letter carries), and when
+    the broker took the record in (its timestamp, epoch seconds; None when not known)."""
 
     value: M
     key: bytes | None
     raw: bytes
+    arrived: float | None = None
+
+
+def arrival(message: EventT[bytes]) -> float | None:
+    """The record's timestamp: when its producer sent it (the encode stage passes its
+    source record's on, so ``memstream.encoded`` carries when the event reached memstream)."""
+    stamp = getattr(getattr(message, "message", None), "timestamp", None)
+    return float(stamp) if stamp else None
 
 
 # What a per-message handler did with its message: counted in memstream_events_total.
@@ -330,9 +339,9 @@ class Stage:
             except ValueError:
                 self.metrics.events.labels(self.name, "skipped").inc()
                 return None
-            return Received(value, key, raw)
+            return Received(value, key, raw, arrival(message))
         decoded = await self.dead_letters.decode(model, key, raw)
-        return None if decoded is None else Received(decoded, key, raw)
+        return None if decoded is None else Received(decoded, key, raw, arrival(message))
 
     async def handle_message(
         self, model: type[M], handle: OnMessage[M], message: EventT[bytes]

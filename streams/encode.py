@@ -89,6 +89,7 @@ class EventEncoder:
             await self.encoded.send(
                 key=event.user_key.encode(),
                 value=encoded_json(event, vector, self.encoder.model_id),
+                timestamp=item.arrived,  # when it reached memstream: a forget compares it
             )
         return len(encoded)
 

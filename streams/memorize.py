@@ -41,6 +41,15 @@ from stores.stage import Received, Stage
 
 STAGE = "memorize"
 T = TypeVar("T")
+# How long one event's decision (clustering, salience, keys, recurrence: pure CPU, off the
+# event loop) may take before the event is dead-lettered. Text work is linear in a turn of
+# at most 8,000 characters, so a decision takes milliseconds; this bounds what a defect or
+# a hostile input could cost the user's partition, never retried.
+DECIDE_BUDGET_S = 5.0
+
+
+class OverBudget(Exception):
+    """A decision that took longer than its budget (the event is poison)."""
 
 
 class Retry(Protocol):
@@ -84,6 +93,7 @@ class Memorizer:
     # here: fuzzy memories wait in the buffer and descriptions are keywords, so ingest costs
     # no LLM latency and the same log always gives the same clusters.
     embed: Callable[[Sequence[str]], np.ndarray] | None = field(default=None, repr=False)
+    decide_budget_s: float = DECIDE_BUDGET_S
 
     # -- a batch -------------------------------------------------------------------------
 
@@ -125,7 +135,7 @@ class Memorizer:
         results: list[tuple[Received[EncodedEvent], Result]] = []
         pending: list[tuple[Received[EncodedEvent], Decision]] = []
         for item in items:
-            skipped = _skipped(snapshot, item.value)
+            skipped = _skipped(snapshot, item)
             if skipped is not None:
                 results.append((item, skipped))
                 continue
@@ -179,7 +189,8 @@ class Memorizer:
         """``memory.memorize``'s pure ``decide_event`` on what was read (``vector``: the
         event's unit embedding); only new cluster descriptions are embedded after it."""
         event = encoded.event
-        plan = decide_event(
+        decide = partial(
+            decide_event,
             event,
             vector,
             snapshot.clusters or ClusterState.empty(self.cluster_params),
@@ -192,6 +203,14 @@ class Memorizer:
             recurrence_params=self.recurrence_params,
             window=self.window,
         )
+        # Off the event loop: health checks, the RPC and other users' I/O go on meanwhile.
+        # A decision past its budget runs on in its thread, but the stage moves on without it.
+        try:
+            plan = await asyncio.wait_for(asyncio.to_thread(decide), self.decide_budget_s)
+        except TimeoutError:
+            raise OverBudget(
+                f"deciding the event took over its {self.decide_budget_s:g} s budget"
+            ) from None
         clustering = plan.clustering
         described = clustering.maintenance.described if clustering.maintenance else ()
         if described and self.embed is not None:
@@ -240,12 +259,18 @@ def _read_of(events: Sequence[EncodedEvent]) -> UserRead:
     return UserRead(first.tenant_id, first.user_id, [e.event.event_id for e in events], [*phrases])
 
 
-def _skipped(snapshot: UserSnapshot, encoded: EncodedEvent) -> Skipped | None:
-    event = encoded.event
+def _skipped(snapshot: UserSnapshot, item: Received[EncodedEvent]) -> Skipped | None:
+    event = item.value.event
     if event.event_id in snapshot.processed:
         return "duplicate"
-    if snapshot.forgotten_at is not None and event.ts.timestamp() <= snapshot.forgotten_at:
-        return "forgotten"  # in flight (or replayed) when the user was forgotten: stays so
+    forgotten = snapshot.forgotten_at
+    if forgotten is not None and (
+        event.ts.timestamp() <= forgotten
+        or (item.arrived is not None and item.arrived <= forgotten)
+    ):
+        # Stamped before the forget (in flight, or replayed), or posted before it whatever
+        # its stamp (a clock a day ahead must not outlive a forget): it stays forgotten.
+        return "forgotten"
     return None
 
 

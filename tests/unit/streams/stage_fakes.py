@@ -24,15 +24,22 @@ class RecordingTopic:
     def __init__(self, name: str) -> None:
         self.name = name
         self.sent: list[tuple[bytes | None, bytes]] = []
+        self.timestamps: list[float | None] = []
 
     def get_topic_name(self) -> str:
         return self.name
 
-    async def send(self, *, key: bytes | None, value: bytes) -> None:
+    async def send(
+        self, *, key: bytes | None, value: bytes, timestamp: float | None = None
+    ) -> None:
         self.sent.append((key, value))
+        self.timestamps.append(timestamp)
 
     def letters(self) -> list[DeadLetter]:
         return [DeadLetter.model_validate_json(v) for _, v in self.sent]
+
+
+ARRIVED = 1_714_564_800.0  # every fake record's broker timestamp
 
 
 def message(value: bytes | None, key: bytes | Literal["owner"] | None = "owner") -> Any:
@@ -40,7 +47,7 @@ def message(value: bytes | None, key: bytes | Literal["owner"] | None = "owner")
     producer keys it: the body's user (``schemas.identity.user_key``) when it names one."""
     if key == "owner":
         key = _owner_key(value)
-    return SimpleNamespace(key=key, value=value)
+    return SimpleNamespace(key=key, value=value, message=SimpleNamespace(timestamp=ARRIVED))
 
 
 def _owner_key(value: bytes | None) -> bytes:

@@ -15,7 +15,14 @@ from schemas import EncodedEvent, InteractionEvent
 from stores.fakes import HashEncoder
 from stores.text_encoder import FloatArray
 from streams.encode import STAGE, EventEncoder, encoded_json
-from tests.unit.streams.stage_fakes import Feed, RecordingTopic, message, sample, stage
+from tests.unit.streams.stage_fakes import (
+    ARRIVED,
+    Feed,
+    RecordingTopic,
+    message,
+    sample,
+    stage,
+)
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -137,6 +144,7 @@ async def test_a_record_keyed_for_another_user_or_for_none_is_dead_lettered() ->
     await s.handle_batch(InteractionEvent, handler.handle, batch)
 
     assert [e.event.event_id for _, e in published(out)] == ["e0", "e2"]
+    assert out.timestamps == [ARRIVED, ARRIVED]  # the arrival goes on to memorize
     reasons = [d.reason for d in dlq.letters()]
     assert "names another user" in reasons[0]
     assert "names another tenant" in reasons[1]

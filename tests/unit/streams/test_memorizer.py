@@ -3,15 +3,21 @@ state fake: what one event changes, duplicates and forgotten users, recurrence t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
+
+import streams.memorize
 from memory.clustering import ClusterParams
+from memory.memorize import decide_event
 from memory.recurrence import RecurrenceParams
 from schemas import EncodedEvent, EventMetadata, InteractionEvent
 from stores.fakes import FakeShortTermState
 from stores.stage import Received
-from streams.memorize import Decision, Memorizer, Skipped
+from streams.memorize import Decision, Memorizer, OverBudget, Skipped
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -151,3 +157,47 @@ async def test_users_are_decided_apart() -> None:
     assert d.triggers == []
     pending = (await state.load_user(TENANT, "u2", "e4")).pending
     assert [p.event_id for p in pending] == ["e3"]  # its own turn only, none of u1's
+
+
+async def test_a_decision_runs_off_the_event_loop_and_one_over_its_budget_is_poison(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = FakeShortTermState()
+    m = memorizer(state)
+    threads: list[threading.Thread] = []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return decide_event(*args, **kwargs)
+
+    monkeypatch.setattr(streams.memorize, "decide_event", recording)
+    await memorize_one(m, event(0, ORDER_TALK[0]))
+    assert threads
+    assert threading.main_thread() not in threads  # the loop's thread stays free
+
+    m.decide_budget_s = 1e-6  # no decision fits: the event is poison, the state untouched
+    batch = [[Received(event(1, ORDER_TALK[1]), None, b"")]]
+    [(_, result)] = await m.memorize(batch, Delivered(state))
+    assert isinstance(result, OverBudget)
+    assert "budget" in str(result)
+    assert await state.timeline_ids(TENANT, USER) == ["e0"]
+
+
+async def test_an_event_posted_before_a_forget_is_dropped_whatever_its_stamp() -> None:
+    """A producer's clock a day ahead must not let a turn outlive the user's forget: the
+    record's arrival (its broker timestamp, carried on by encode) is compared too."""
+    state = FakeShortTermState()
+    m = memorizer(state)
+    forget_at = T0 + timedelta(hours=1)
+    await state.mark_forgotten(TENANT, USER, forget_at.timestamp())
+    ahead = event(5, "my passport number is X1234567")  # stamped 5 h: after the forget
+    posted_before = Received(
+        ahead, None, b"", arrived=(forget_at - timedelta(seconds=2)).timestamp()
+    )
+    [(_, result)] = await m.memorize([[posted_before]], Delivered(state))
+    assert result == "forgotten"
+    posted_after = Received(
+        ahead, None, b"", arrived=(forget_at + timedelta(seconds=2)).timestamp()
+    )
+    [(_, result)] = await m.memorize([[posted_after]], Delivered(state))
+    assert isinstance(result, Decision)  # a new conversation after the forget is kept
