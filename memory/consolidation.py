@@ -1,6 +1,7 @@
 """Consolidation rules, in three pure modules; this one names them for callers.
 
-- ``memory.extractive``: ``consolidate_extractive``, the offline consolidator (no model).
+- ``memory.extractive``: ``consolidate_extractive``, the offline consolidator (no model), and
+  ``extract_memory``, the same with how it was read (``Extraction.cut``: bounded work).
 - ``memory.merge``: ``merge_memory``, the fold of fresh content into a stored memory, with
   supersede-to-history (nothing is silently deleted); ``reinforced``, a trigger's strength
   without new content.
@@ -12,14 +13,23 @@
 """
 
 from memory.due import parse_due
-from memory.extractive import MAX_FACTS, MAX_ITEM_CHARS, MAX_TITLE_CHARS, consolidate_extractive
+from memory.extractive import (
+    MAX_FACTS,
+    MAX_ITEM_CHARS,
+    MAX_TITLE_CHARS,
+    Extraction,
+    consolidate_extractive,
+    extract_memory,
+)
 from memory.merge import merge_memory, reinforced
 
 __all__ = [
     "MAX_FACTS",
     "MAX_ITEM_CHARS",
     "MAX_TITLE_CHARS",
+    "Extraction",
     "consolidate_extractive",
+    "extract_memory",
     "merge_memory",
     "parse_due",
     "reinforced",

@@ -14,19 +14,32 @@ phrase rules of ``memory.phrases``:
 - the title names the entity and the topic ("Order A-10293 — delivery").
 
 It is deterministic: the same turns always give the same memory. Pure.
+
+Its cost is bounded and linear, whatever the turns say (a turn may hold 8,000 characters of
+short promises). It reads the newest ``MAX_TURNS`` turns, ``MAX_READ_CHARS`` characters and
+``MAX_SENTENCES`` sentences in all, shared evenly by the turns (of a turn that says more than
+its share, its beginning and its end), checks the newest ``MAX_PROMISES`` distinct promises,
+and indexes what it compares -- a prefix-filter index for near-duplicate facts, a word index
+for what may resolve a promise -- instead of comparing every pair. Comparisons are counted
+against a work budget (``WORK_BUDGET`` units of about a microsecond): when it runs out, what
+was built so far is the memory. ``extract_memory`` says whether a bound cut the reading
+(``Extraction.cut``). Conversations stay far below every bound, and for them the memory is
+exactly the one reading and comparing everything gives.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from memory.due import parse_due
 from memory.phrases import (
     COMMITMENT,
+    PROMISE_WORDS,
     State,
     action_family,
     clip,
@@ -44,6 +57,23 @@ MAX_FACTS = 6
 MAX_TITLE_CHARS = 80
 MAX_ITEM_CHARS = 160
 MAX_PAST_VALUES = 3  # superseded values per attribute handed to the merge as history
+
+# Bounds on what one consolidation reads and compares. A consolidation gets the newest
+# ``consolidation.max_turns`` (40) turns of at most 8,000 characters; ordinary chat turns hold
+# 1-10 sentences, a pasted e-mail some 50-80. The bounds sit above both, so only input no
+# conversation produces (thousands of short sentences) is cut, and the cost stays linear.
+MAX_TURNS = 64  # newest turns read
+MAX_TURN_SENTENCES = 64  # sentences read per turn
+MAX_SENTENCES = 1024  # sentences read per consolidation, shared evenly by the turns
+MAX_READ_CHARS = 64_000  # characters read per consolidation, shared evenly by the turns
+MAX_KEYS = 32  # the key's own entity, then the others named, then shared terms
+MAX_PROMISES = 32  # distinct promises checked for resolution, the newest
+MAX_OPEN_ACTIONS = 12  # open actions per memory, the newest
+# Comparisons (a sentence against a turn, a group or a later sentence) per consolidation;
+# a 40-turn conversation of ordinary turns spends under 20,000.
+WORK_BUDGET = 160_000
+
+Cut = Literal["input", "budget"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])\s*|\n+")
 _QUESTION = re.compile(r"[?？]\s*$|吗[。！]?\s*$")
@@ -120,7 +150,41 @@ class _Sentence:
     salient: bool  # a statement worth keeping as a fact
 
 
+@dataclass
+class _Budget:
+    """Work units: ``spend`` says whether the work may go on; ``out`` once it may not."""
+
+    units: int
+    spent: int = 0
+    out: bool = False
+
+    def spend(self, units: int = 1) -> bool:
+        self.spent += units
+        self.out = self.out or self.spent > self.units
+        return not self.out
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """``consolidate_extractive``'s memory and how it was read: ``cut`` is None when every
+    sentence was read and compared, ``"input"`` when a bound (``MAX_TURNS``,
+    ``MAX_READ_CHARS``, ``MAX_TURN_SENTENCES``, ``MAX_SENTENCES``, ``MAX_PROMISES``,
+    ``MAX_OPEN_ACTIONS``, ``MAX_KEYS``) left something out, ``"budget"`` when the work
+    budget ran out; ``work`` is the units spent."""
+
+    content: MemoryContent
+    cut: Cut | None = None
+    work: int = 0
+
+
 def consolidate_extractive(key: str, turns: Sequence[StoredTurn], now: datetime) -> MemoryContent:
+    """One memory from the turns of ``key``: ``extract_memory``'s content."""
+    return extract_memory(key, turns, now).content
+
+
+def extract_memory(
+    key: str, turns: Sequence[StoredTurn], now: datetime, *, budget: int = WORK_BUDGET
+) -> Extraction:
     """One memory from the turns of ``key``, by rule: no model, no randomness.
 
     Title: the key's label and its topic. Facts: at most 6 salient statements by score,
@@ -128,23 +192,45 @@ def consolidate_extractive(key: str, turns: Sequence[StoredTurn], now: datetime)
     values follow as history for the merge). Status: the state of the latest turn that
     states one. Timeline: one entry per turn that carries a state or an entity. Open
     actions: promises no later turn resolved, ``due`` parsed relative to their turn.
-    ``now`` only dates the summary when there are no turns.
+    ``now`` only dates the summary when there are no turns. ``budget``: work units (see
+    ``WORK_BUDGET``); the memory is cut, not late, when they run out.
     """
     ordered = sorted(turns, key=lambda t: (t.ts, t.event_id))
     label = _key_label(key)
     if not ordered:
-        return MemoryContent(
+        content = MemoryContent(
             title=clip(label or key, MAX_TITLE_CHARS),
             keys=_key_entities(key),
             summary=f"No turns recorded for {key} as of {now:%Y-%m-%d}.",
         )
+        return Extraction(content)
+    # three quarters for ranking and folding facts, a quarter kept for the promises
+    work, promise_work = _Budget(budget * 3 // 4), _Budget(budget - budget * 3 // 4)
+    sessions = len({t.session_id for t in ordered})
+    first, last, total = ordered[0].ts, ordered[-1].ts, len(ordered)
+    cut_input = total > MAX_TURNS
+    ordered = ordered[-MAX_TURNS:]
+    room = _shares([len(t.text) for t in ordered], MAX_READ_CHARS, MAX_READ_CHARS)
+    said_by = [_split(_ends(t.text, n)) for t, n in zip(ordered, room, strict=True)]
+    shares = _shares([len(said) for said in said_by], MAX_SENTENCES, MAX_TURN_SENTENCES)
+    read = [_read(said, n) for said, n in zip(said_by, shares, strict=True)]
+    # what was read of each turn: all of it, or its beginning and end when it says too much
+    whole = [
+        n >= len(t.text) and len(r) == len(said)
+        for t, n, said, r in zip(ordered, room, said_by, read, strict=True)
+    ]
+    texts = [t.text if w else " ".join(r) for t, w, r in zip(ordered, whole, read, strict=True)]
+    cut_input = cut_input or not all(whole)
     own = _key_entities(key)
-    entities = sorted({e for t in ordered for e in t.entities} | set(_all_entities(ordered)))
+    entities = sorted(
+        {e for t in ordered for e in t.entities} | {e for x in texts for e in extract_entities(x)}
+    )
     # words of the entities and the label say nothing new in a title, a key or a match
     known = {w for e in entities for w in tokenize(e.partition(":")[2])} | set(tokenize(label))
-    by_turn = {t.event_id: _sentences(t, own, known) for t in ordered}
+    by_turn = {t.event_id: _sentences(t, r, own, known) for t, r in zip(ordered, read, strict=True)}
     sentences = [s for t in ordered for s in by_turn[t.event_id]]
-    turn_tokens = {t.event_id: frozenset(tokenize(t.text)) for t in ordered}
+    turn_tokens = {t.event_id: frozenset(tokenize(x)) for t, x in zip(ordered, texts, strict=True)}
+    work.spend(len(sentences) * max(len(ordered) - 1, 0))  # centrality: one cosine per turn
     scores = {id(s): _score(s, turn_tokens, entities) for s in sentences}
     ranked = sorted(
         (s for s in sentences if s.salient),
@@ -153,7 +239,7 @@ def consolidate_extractive(key: str, turns: Sequence[StoredTurn], now: datetime)
     states = [s for s in sentences if s.state is not None]
     status_facts = _status_facts(states)
     status = status_facts[-1].text if status_facts else ""
-    facts = [*_facts(ranked, {id(s) for s in states}), *status_facts]
+    facts = [*_facts(ranked, {id(s) for s in states}, work), *status_facts]
     timeline = []
     for t in ordered:
         mine = [s for s in by_turn[t.event_id] if not s.question]
@@ -165,7 +251,8 @@ def consolidate_extractive(key: str, turns: Sequence[StoredTurn], now: datetime)
             timeline.append(
                 TimelineEntry(ts=t.ts, text=clip(s.text, MAX_ITEM_CHARS), event_id=t.event_id)
             )
-    actions = _open_actions(sentences, states, known)
+    actions, more = _open_actions(sentences, states, known, promise_work)
+    cut_input = cut_input or more
     # title and key words come from what was said, not from greetings around it
     df: dict[str, int] = {}
     for t in ordered:
@@ -175,35 +262,70 @@ def consolidate_extractive(key: str, turns: Sequence[StoredTurn], now: datetime)
     title = _title(label, states, facts, df, known, action_family(said))
     terms = [w for w, n in df.items() if n >= 2 and w not in known and _is_term(w)]
     terms = sorted(terms, key=lambda w: (-df[w], w))[:3]
-    sessions = len({t.session_id for t in ordered})
-    first, last = ordered[0].ts, ordered[-1].ts
     current = [f for f in facts if f.attribute != "status"]
     latest = status or (current[0].text if current else clip(ordered[-1].text, MAX_ITEM_CHARS))
     summary = (
-        f"{label or title}: {_count(len(ordered), 'turn')} over {_count(sessions, 'session')}, "
+        f"{label or title}: {_count(total, 'turn')} over {_count(sessions, 'session')}, "
         f"{first:%Y-%m-%d} to {last:%Y-%m-%d}. Latest: {latest}"
     )
-    return MemoryContent(
+    keys = unique([*own, *entities, *terms])
+    cut_input = cut_input or len(keys) > MAX_KEYS
+    content = MemoryContent(
         title=title,
         facts=facts,
         status=status,
         timeline=timeline,
         open_actions=actions,
-        keys=unique([*own, *entities, *terms]),
+        keys=keys[:MAX_KEYS],
         summary=summary,
     )
+    cut: Cut | None = "budget" if work.out or promise_work.out else "input" if cut_input else None
+    return Extraction(content, cut, work.spent + promise_work.spent)
 
 
-def _all_entities(turns: Sequence[StoredTurn]) -> list[str]:
-    return [e for t in turns for e in extract_entities(t.text)]
+def _split(text: str) -> list[str]:
+    """The sentences of a turn, whitespace collapsed."""
+    return [s for s in (" ".join(raw.split()) for raw in _SENTENCE_END.split(text)) if s]
 
 
-def _sentences(turn: StoredTurn, own: list[str], known: set[str]) -> list[_Sentence]:
-    out = []
-    for raw in _SENTENCE_END.split(turn.text):
-        text = " ".join(raw.split())
-        if not text:
-            continue
+def _ends(text: str, n: int) -> str:
+    """At most ``n`` characters of ``text``: all of it, or its beginning and its end."""
+    if len(text) <= n:
+        return text
+    return f"{text[: n - n // 2]}\n{text[len(text) - n // 2 :]}"
+
+
+def _shares(counts: list[int], room: int, cap: int) -> list[int]:
+    """What is read of each turn (sentences, characters): up to ``cap`` each, ``room`` in
+    all, shared evenly -- a turn that says less leaves the rest to the others, the newest
+    turns get the remainder -- so that a long turn crowds out no other turn."""
+    want = [min(n, cap) for n in counts]
+    if sum(want) <= room:
+        return want
+    lo, hi = 0, cap  # the largest level such that min(want, level) all fit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sum(min(w, mid) for w in want) <= room else (lo, mid - 1)
+    shares = [min(w, lo) for w in want]
+    spare = room - sum(shares)
+    for i in reversed(range(len(want))):
+        if spare and want[i] > lo:
+            shares[i] += 1
+            spare -= 1
+    return shares
+
+
+def _read(said: list[str], n: int) -> list[str]:
+    """``n`` sentences of a turn that says ``said``: all, or its first and last halves
+    (where a long message states its point and how it ends)."""
+    return said if len(said) <= n else said[: n - n // 2] + said[len(said) - n // 2 :]
+
+
+def _sentences(
+    turn: StoredTurn, texts: list[str], own: list[str], known: set[str]
+) -> list[_Sentence]:
+    out: list[_Sentence] = []
+    for text in texts:
         lower = text.lower()
         entities = frozenset(extract_entities(text))
         question = bool(_QUESTION.search(text))
@@ -301,34 +423,69 @@ def _status_facts(states: list[_Sentence]) -> list[Fact]:
 
 
 def _open_actions(
-    sentences: list[_Sentence], states: list[_Sentence], known: set[str]
-) -> list[OpenAction]:
-    """Promises that no later turn resolved, first statement of each kept."""
+    sentences: list[_Sentence], states: list[_Sentence], known: set[str], work: _Budget
+) -> tuple[list[OpenAction], bool]:
+    """Promises that no later turn resolved, first statement of each kept (the newest
+    ``MAX_OPEN_ACTIONS``), and whether some were left out.
+
+    A promise is resolved when a later sentence, not a question, says it happened
+    (``resolves``) or a later state ends its story (``moot``). Indexed, not pairwise: only a
+    sentence sharing a content word with the promise can resolve it, so only those are
+    asked, newest first, each distinct text once per distinct promise; a promise is resolved
+    when its newest resolver is later than it. Only the newest ``MAX_PROMISES`` distinct
+    promises are checked; one the budget stopped before is left out, not guessed open.
+    """
+    promises = [s for s in sentences if s.commitment]
+    texts = unique(s.text for s in reversed(promises))
+    left_out = len(texts) > MAX_PROMISES
+    words = {text: set(tokenize(text)) - PROMISE_WORDS - known for text in texts[:MAX_PROMISES]}
+    wanted = set().union(*words.values())
+    index: dict[str, list[int]] = {}  # content word -> positions of sentences saying it
+    for j, o in enumerate(sentences):
+        if not o.question:
+            for w in o.tokens & wanted:
+                index.setdefault(w, []).append(j)
+    since = {s.text: s.turn.ts for s in reversed(promises)}  # each text's first statement
+    resolved_at: dict[str, datetime | None] = {}  # text -> its newest resolver's time
+    for text, content in words.items():
+        resolver = None
+        asked: set[str] = set()
+        for j in sorted(set().union(*(index.get(w, ()) for w in content)), reverse=True):
+            o = sentences[j]
+            if o.turn.ts <= since[text]:
+                break
+            if o.text in asked:
+                continue
+            if not work.spend():
+                break
+            asked.add(o.text)
+            if resolves(text, o.text, ignore=known):
+                resolver = o.turn.ts
+                break
+        if work.out:
+            break  # this promise and older ones unchecked
+        resolved_at[text] = resolver
+    ended: dict[str | None, datetime | None] = {}  # family -> latest state that ends it
     actions: dict[str, OpenAction] = {}
-    for i, s in enumerate(sentences):
-        if not s.commitment:
+    for s in promises:
+        if s.text not in resolved_at:
+            continue
+        resolver = resolved_at[s.text]
+        if resolver is not None and resolver > s.turn.ts:
+            continue
+        family = action_family(s.text)
+        if family not in ended:
+            ends = [o.turn.ts for o in states if o.state is not None and moot(family, o.state)]
+            ended[family] = max(ends, default=None)
+        if (end := ended[family]) is not None and end > s.turn.ts:
             continue
         text = clip(s.text, MAX_ITEM_CHARS)
-        later = [o for o in sentences[i + 1 :] if o.turn.ts > s.turn.ts and not o.question]
-        if _resolved(s.text, s.turn.ts, later, states, known):
-            continue
-        due = parse_due(s.text, s.turn.ts)
-        actions.setdefault(norm(text), OpenAction(text=text, due=due, event_id=s.turn.event_id))
-    return list(actions.values())
-
-
-def _resolved(
-    action: str,
-    since: datetime,
-    later: list[_Sentence],
-    states: list[_Sentence],
-    known: set[str],
-) -> bool:
-    """A later turn says it happened, or the story the promise belongs to has ended."""
-    if any(resolves(action, o.text, ignore=known) for o in later):
-        return True
-    family = action_family(action)
-    return any(o.state is not None and o.turn.ts > since and moot(family, o.state) for o in states)
+        if norm(text) not in actions:
+            due = parse_due(s.text, s.turn.ts)
+            actions[norm(text)] = OpenAction(text=text, due=due, event_id=s.turn.event_id)
+    kept = list(actions.values())
+    left_out = left_out or len(resolved_at) < len(words) or len(kept) > MAX_OPEN_ACTIONS
+    return kept[-MAX_OPEN_ACTIONS:], left_out
 
 
 def _cosine(a: frozenset[str], b: frozenset[str]) -> float:
@@ -365,18 +522,11 @@ def _attribute(s: _Sentence) -> str | None:
     return None
 
 
-def _facts(ranked: list[_Sentence], status_sentences: set[int]) -> list[Fact]:
+def _facts(ranked: list[_Sentence], status_sentences: set[int], work: _Budget) -> list[Fact]:
     """Top sentences, near-duplicates folded together; per attribute the newest value,
     preceded by up to ``MAX_PAST_VALUES`` older ones (history for the merge)."""
-    groups: list[tuple[_Sentence, str | None, list[str]]] = []
-    for s in ranked:
-        if id(s) in status_sentences:
-            continue  # a state is the status (and its history), not a fact besides it
-        twin = next((g for g in groups if _similar(g[0], s)), None)
-        if twin is None:
-            groups.append((s, _attribute(s), [s.turn.event_id]))
-        elif s.turn.event_id not in twin[2]:
-            twin[2].append(s.turn.event_id)
+    # a state is the status (and its history), not a fact besides it
+    groups = _fold([s for s in ranked if id(s) not in status_sentences], work)
     by_attribute: dict[str, list[int]] = {}
     for i, (_, attribute, _) in enumerate(groups):
         if attribute is not None:
@@ -406,11 +556,75 @@ def _facts(ranked: list[_Sentence], status_sentences: set[int]) -> list[Fact]:
     return [fact(i) for i in oldest_first] + [fact(i) for i in sorted(keep)]
 
 
-def _similar(a: _Sentence, b: _Sentence) -> bool:
+def _fold(ranked: list[_Sentence], work: _Budget) -> list[tuple[_Sentence, str | None, list[str]]]:
+    """Sentences in rank order as groups of near-duplicates: (first sentence, its attribute,
+    the event ids of all). A sentence folds into the first group whose first sentence is
+    ``_similar``.
+
+    Only candidates are compared: groups with the same ``norm`` and groups sharing a token of
+    their ``_prefix`` (the prefix filter of set-similarity joins: two token sets with a
+    Jaccard index of 0.7 or more share a token of their prefixes) and of a compatible size,
+    so the result is the pairwise one. Stops, with the groups made so far, when ``work``
+    runs out.
+    """
+    groups: list[tuple[_Sentence, str | None, list[str]]] = []
+    norms: list[str] = []  # of each group's first sentence
+    by_norm: dict[str, int] = {}
+    by_token: dict[str, list[int]] = {}
+    order = _token_order(s.tokens for s in ranked)
+    for s in ranked:
+        key = norm(s.text)
+        prefix = _prefix(s.tokens, order)
+        candidates = set().union(*(by_token.get(w, ()) for w in prefix))
+        if key in by_norm:
+            candidates.add(by_norm[key])
+        twin = None
+        low, high = 7 * len(s.tokens), 10 * len(s.tokens)  # J >= 0.7 needs 0.7|A| <= |B| <= |A|/0.7
+        for g in sorted(candidates):
+            size = len(groups[g][0].tokens)
+            if not (low <= 10 * size and 7 * size <= high) and norms[g] != key:
+                continue
+            if not work.spend():
+                break
+            if _similar(groups[g][0], norms[g], s, key):
+                twin = groups[g]
+                break
+        if work.out:
+            break
+        if twin is None:
+            by_norm.setdefault(key, len(groups))
+            for w in prefix:
+                by_token.setdefault(w, []).append(len(groups))
+            groups.append((s, _attribute(s), [s.turn.event_id]))
+            norms.append(key)
+        elif s.turn.event_id not in twin[2]:
+            twin[2].append(s.turn.event_id)
+    return groups
+
+
+def _similar(a: _Sentence, a_norm: str, b: _Sentence, b_norm: str) -> bool:
+    """The same sentence up to case and punctuation, or a token-set Jaccard index >= 0.7."""
     union = a.tokens | b.tokens
-    return norm(a.text) == norm(b.text) or (
-        bool(union) and len(a.tokens & b.tokens) / len(union) >= 0.7
-    )
+    return a_norm == b_norm or (bool(union) and len(a.tokens & b.tokens) / len(union) >= 0.7)
+
+
+def _token_order(token_sets: Iterable[frozenset[str]]) -> dict[str, int]:
+    """A global order of the tokens, rarest first (short candidate lists in the index)."""
+    df: dict[str, int] = {}
+    for tokens in token_sets:
+        for w in tokens:
+            df[w] = df.get(w, 0) + 1
+    return {w: i for i, w in enumerate(sorted(df, key=lambda w: (df[w], w)))}
+
+
+def _prefix(tokens: frozenset[str], order: dict[str, int]) -> list[str]:
+    """The tokens two sets with a Jaccard index >= 0.7 cannot both leave out.
+
+    If J(A, B) >= 0.7 then |A & B| >= 0.7 |A| and >= 0.7 |B|, so the first shared token in
+    ``order`` is among the first |A| - ceil(0.7 |A|) + 1 of A, and likewise of B.
+    """
+    need = (7 * len(tokens) + 9) // 10  # ceil(0.7 |A|) in integers: J >= 0.7 is 10|A&B| >= 7|A|B|
+    return sorted(tokens, key=order.__getitem__)[: len(tokens) - need + 1]
 
 
 def _key_entities(key: str) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from memory.extractive import MAX_OPEN_ACTIONS
 from memory.phrases import action_family, find_state, moot, norm, resolves, unique
 from memory.text import tokenize
 from schemas import (
@@ -109,6 +110,8 @@ def merge_memory(
             _record(history, "open_action", a.text, status_ts, since)
         else:
             open_actions.append(a)
+    # Consolidations add actions up: the memory keeps the newest, as one reading does.
+    open_actions = open_actions[-MAX_OPEN_ACTIONS:]
     merged = ConsolidatedMemory(
         title=fresh.title or base.title,
         facts=facts,

@@ -64,6 +64,7 @@ CLUSTER_EVENTS = ("merge", "fuzzy", "create", "routed", "flush", "maintenance", 
 # schemas.memories.TriggerReason, spelt out: the kernel imports nothing of the project.
 TRIGGER_REASONS = ("semantic", "cluster", "entity", "pin", "eager")
 LLM_FALLBACK_REASONS = ("truncated", "invalid_json", "schema")  # stores.llm.FallbackReason
+CONSOLIDATION_CUT_REASONS = ("input", "budget")  # memory.extractive.Cut
 RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
 ENCODER_KINDS = ("query", "ingest")  # stores.encoder.EncoderStats' caller kinds
 
@@ -161,6 +162,15 @@ class Metrics:
             "LLM answers that stayed unusable after one repair ask, so the extractive "
             "consolidator wrote the memory, by reason of the last one (truncated, invalid_json, "
             "schema).",
+            ["reason"],
+            registry=registry,
+        )
+        self.consolidations_cut = Counter(
+            "memstream_consolidations_cut_total",
+            "Extractive consolidations (the backend or the LLM's fallback) that stopped short, "
+            "by reason: input (turns too long or too many sentences, promises or open actions: "
+            "read in part) or budget (the comparison budget ran out). The memory is still "
+            "written, from what was read.",
             ["reason"],
             registry=registry,
         )
@@ -330,6 +340,8 @@ class Metrics:
                 self.stage_latency.labels("llm")
                 for reason in LLM_FALLBACK_REASONS:
                     self.llm_fallbacks.labels(reason)
+                for reason in CONSOLIDATION_CUT_REASONS:
+                    self.consolidations_cut.labels(reason)
             elif role == "serve":
                 for phase in RETRIEVAL_PHASES:
                     self.retrieval_latency.labels(phase)

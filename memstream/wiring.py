@@ -268,7 +268,9 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         c = settings.consolidation
         locks = UserLocks()
         consolidator = consolidator_from_settings(
-            settings.llm, on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc()
+            settings.llm,
+            on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc(),
+            on_cut=lambda reason: metrics.consolidations_cut.labels(reason).inc(),
         )
         worker = ConsolidationWorker(
             state=deps.state,

@@ -20,7 +20,8 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import ValidationError
 
-from memory.consolidation import consolidate_extractive
+from memory.consolidation import extract_memory
+from memory.extractive import Cut
 from memstream.settings import LLMSettings
 from schemas import ConsolidatedMemory, MemoryContent, StoredTurn
 
@@ -32,7 +33,8 @@ class LLMError(RuntimeError):
 @dataclass
 class LLMUsage:
     """Running totals for metrics: HTTP calls made, tokens the server reported, failed calls,
-    repair asks, and memories the extractive fallback wrote."""
+    repair asks, memories the extractive fallback wrote, and extractive memories cut short
+    (``memory.extractive.Extraction.cut``)."""
 
     calls: int = 0
     prompt_tokens: int = 0
@@ -40,6 +42,26 @@ class LLMUsage:
     errors: int = 0
     repairs: int = 0
     fallbacks: int = 0
+    cuts: int = 0
+
+
+async def _extractive(
+    key: str,
+    turns: Sequence[StoredTurn],
+    now: datetime,
+    usage: LLMUsage,
+    on_cut: Callable[[Cut], None] | None,
+) -> MemoryContent:
+    """``extract_memory`` in a worker thread: its work is bounded (``WORK_BUDGET``, read
+    bounds) but up to a few hundred milliseconds of CPU, which on the event loop would stall
+    every other tenant and ``/healthz``. A cut memory is still the answer (never retried);
+    ``on_cut(reason)`` hears of it (``memstream_consolidations_cut_total``)."""
+    extraction = await asyncio.to_thread(extract_memory, key, list(turns), now)
+    if extraction.cut is not None:
+        usage.cuts += 1
+        if on_cut is not None:
+            on_cut(extraction.cut)
+    return extraction.content
 
 
 class Consolidator(Protocol):
@@ -72,15 +94,18 @@ class Consolidator(Protocol):
 
 
 class ExtractiveConsolidator:
-    """The offline default: ``memory.consolidation.consolidate_extractive``, no model server.
+    """The offline default: ``memory.consolidation.extract_memory``, no model server, run in
+    a worker thread so that the event loop keeps serving; ``on_cut(reason)`` hears of every
+    memory a read bound or the work budget cut short (``memstream_consolidations_cut_total``).
 
     The existing memory is not needed here: ``merge_memory`` folds the result into it.
     """
 
     name = "extractive"
 
-    def __init__(self) -> None:
+    def __init__(self, on_cut: Callable[[Cut], None] | None = None) -> None:
         self.usage = LLMUsage()
+        self._on_cut = on_cut
 
     async def consolidate(
         self,
@@ -89,7 +114,7 @@ class ExtractiveConsolidator:
         existing: ConsolidatedMemory | None,
         now: datetime,
     ) -> MemoryContent:
-        return consolidate_extractive(key, turns, now)
+        return await _extractive(key, turns, now, self.usage, self._on_cut)
 
     async def close(self) -> None:
         return None
@@ -288,8 +313,9 @@ class OpenAICompatibleConsolidator:
     - The server answers, but not with a memory (cut off at ``max_tokens``, invalid JSON, a
       schema violation): asked once more with the error added (``repair_messages``) at
       ``repair_temperature`` -- the same prompt at temperature 0 gives the same answer --
-      and if that answer is unusable too, the extractive consolidator writes the memory and
-      ``on_fallback(reason)`` is told (``memstream_llm_fallbacks_total``).
+      and if that answer is unusable too, the extractive consolidator writes the memory (in
+      a worker thread; ``on_cut`` hears if it was cut short) and ``on_fallback(reason)`` is
+      told (``memstream_llm_fallbacks_total``).
 
     ``max_tokens`` is ``settings.max_output_tokens`` or, when 0, what the schema's bounds
     allow (``schema_output_tokens``): the answer's length follows the schema, not a server
@@ -304,6 +330,7 @@ class OpenAICompatibleConsolidator:
         *,
         backoff_s: float = 0.5,
         on_fallback: Callable[[FallbackReason], None] | None = None,
+        on_cut: Callable[[Cut], None] | None = None,
     ) -> None:
         headers = {"Content-Type": "application/json"}
         if settings.api_key is not None:
@@ -315,6 +342,7 @@ class OpenAICompatibleConsolidator:
         self.seed = settings.seed
         self.usage = LLMUsage()
         self._on_fallback = on_fallback
+        self._on_cut = on_cut
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(settings.timeout_s))
         self._schema = memory_json_schema(settings.max_list_items, settings.max_text_chars)
@@ -339,7 +367,7 @@ class OpenAICompatibleConsolidator:
                 self.usage.fallbacks += 1
                 if self._on_fallback is not None:
                     self._on_fallback(second.reason)
-                return consolidate_extractive(key, turns, now)
+                return await _extractive(key, turns, now, self.usage, self._on_cut)
 
     async def _ask(self, messages: list[dict[str, str]], temperature: float) -> MemoryContent:
         """One answer, retrying only while the server does not answer."""
@@ -418,13 +446,16 @@ class _BadAnswer(Exception):
 
 
 def consolidator_from_settings(
-    settings: LLMSettings, on_fallback: Callable[[FallbackReason], None] | None = None
+    settings: LLMSettings,
+    on_fallback: Callable[[FallbackReason], None] | None = None,
+    on_cut: Callable[[Cut], None] | None = None,
 ) -> Consolidator:
     """``backend="extractive"`` (default, offline) or ``"openai"`` (any compatible server);
-    ``on_fallback`` hears of every memory the extractive fallback wrote instead of the LLM."""
+    ``on_fallback`` hears of every memory the extractive fallback wrote instead of the LLM,
+    ``on_cut`` of every extractive memory cut short (either backend's)."""
     if settings.backend == "openai":
-        return OpenAICompatibleConsolidator(settings, on_fallback=on_fallback)
-    return ExtractiveConsolidator()
+        return OpenAICompatibleConsolidator(settings, on_fallback=on_fallback, on_cut=on_cut)
+    return ExtractiveConsolidator(on_cut=on_cut)
 
 
 def _aware(value: Any) -> Any:
