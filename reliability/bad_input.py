@@ -20,6 +20,7 @@ from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, client, service
+from schemas.identity import user_key
 from stores.broker import EventPublisher
 from stores.stage import MAX_ORIGINAL_CHARS, cut
 
@@ -34,6 +35,25 @@ INJECTIONS = {
     "null byte": "a\x00b",
     "overlong": "a" * 129,
     "empty": "",
+}
+# What a user id may not hold (schemas.common.normal_user_id). Quotes, braces, '*' and ':'
+# are valid in a user id (e-mail addresses, names): the isolation family stores such ids.
+BAD_USER_IDS = {
+    "path traversal": "../../etc/passwd",
+    "newline": "a\nb",
+    "null byte": "a\x00b",
+    "overlong": "a" * 129,
+    "leading space": " a",
+    "zero-width space": "a\u200bb",
+    "dot-dot": "..",
+}
+DEFAULT_KEY = user_key("acme", USER)
+# A valid body under a key that is not its user's: dead-lettered, never memorized.
+MISKEYED: dict[str, str | None] = {
+    "keyed for another user": user_key("acme", "someone-else"),
+    "keyed for another tenant": user_key("globex", USER),
+    "no key": None,
+    "malformed key": f"acme:{USER}:extra",
 }
 
 
@@ -99,9 +119,12 @@ def topic_cases() -> dict[str, bytes]:
             b'"role": "user"', b'"role": "user", "role": 7'
         ),
     }
-    for name, bad in INJECTIONS.items():
+    for name, bad in BAD_USER_IDS.items():
         cases[f"{name} in user_id"] = j(user_id=bad, event_id=f"inj-u-{len(cases)}")
+    for name, bad in INJECTIONS.items():
         cases[f"{name} in event_id"] = j(event_id=bad + f"-{len(cases)}" if bad else bad)
+    for name in MISKEYED:
+        cases[name] = j(event_id=f"miskeyed-{len(cases)}")
     return cases
 
 
@@ -110,9 +133,11 @@ async def _send_topic(deployment: Deployment, cases: dict[str, bytes], good: byt
     publisher = EventPublisher(deployment.broker.url)
     await publisher.start()
     try:
-        key = f"acme:{USER}"  # one partition: the good event queues behind every bad one
+        # One partition: the good event queues behind every bad one (mis-keyed ones aside).
         await publisher.publish_many(
-            deployment.topic("events"), [(key, v) for v in cases.values()] + [(key, good)]
+            deployment.topic("events"),
+            [(MISKEYED.get(name, DEFAULT_KEY), v) for name, v in cases.items()]
+            + [(DEFAULT_KEY, good)],
         )
     finally:
         await publisher.close()
@@ -130,6 +155,7 @@ async def run_topic(deployment: Deployment) -> Row:
     letters: dict[str, list[str]] = {name: [] for name in cases}
     deadline = time.monotonic() + 90
     stored = False
+    slipped: list[str] = []
     while time.monotonic() < deadline:
         letters = {name: [] for name in cases}
         for _key, value in await read_topic(deployment.broker.url, deployment.topic("dlq")):
@@ -139,25 +165,31 @@ async def run_topic(deployment: Deployment) -> Row:
                 letters[name].append(letter["reason"])
         turns = await read_turns(deployment, [("acme", USER)])
         stored = good["event_id"] in turns[("acme", USER)]
+        # A mis-keyed record's body is this user's: it must never reach their turns.
+        slipped = sorted(e for e in turns[("acme", USER)] if e.startswith("miskeyed-"))
         if stored and all(letters.values()):
             break
         await asyncio.sleep(1.0)
     lost = [n for n, found in letters.items() if not found]
     duplicated = sum(max(0, len(found) - 1) for found in letters.values())
     no_reason = [n for n, found in letters.items() if found and not all(r.strip() for r in found)]
-    errors = len(no_reason) + (0 if stored else 1)
+    errors = len(no_reason) + (0 if stored else 1) + len(slipped)
     sample = {
-        n: letters[n][0][:80] for n in ("invalid UTF-8", "far-future timestamp") if letters[n]
+        n: letters[n][0][:80]
+        for n in ("invalid UTF-8", "far-future timestamp", *MISKEYED)
+        if letters[n]
     }
     note = (
         f"{len(cases)} kinds sent to memstream.events on one key, then a good event: "
         f"{len(cases) - len(lost)} dead-lettered with a reason, good event "
         f"{'memorized' if stored else 'NOT memorized (blocked)'}."
         + (f" Not dead-lettered: {', '.join(lost)}." if lost else "")
+        + f" {len(MISKEYED)} mis-keyed (valid body, key not its user's): "
+        + (f"memorized anyway: {', '.join(slipped)}." if slipped else "none memorized.")
         + f" Sample reasons: {sample}."
     )
     return Row(
-        f"bad input → topic ({len(cases)} kinds)",
+        f"bad input → topic ({len(cases)} kinds, {len(MISKEYED)} of them mis-keyed)",
         len(cases) + 1,
         lost=len(lost),
         duplicated=duplicated,
@@ -237,16 +269,17 @@ def rpc_cases() -> list[Case]:
         ("wrong method on retrieve", "GET", R, key, None),
         ("unknown path", "GET", "/v1/nothing-here", key, None),
     ]
+    for name, bad in BAD_USER_IDS.items():
+        cases.append((f"retrieve: {name} in user_id", "POST", R, key, retrieve(user_id=bad)))
     for name, bad in INJECTIONS.items():
         if bad:  # the empty id is its own case above (missing / empty fields)
-            cases.append((f"retrieve: {name} in user_id", "POST", R, key, retrieve(user_id=bad)))
             cases.append(
                 (f"events: {name} in event_id", "POST", E, key, events(event(event_id=bad)))
             )
     quoted = "..%2F..%2Fetc%2Fpasswd"
     cases += [
         ("memories: traversal in user path", "GET", f"/v1/users/{quoted}/memories", key, None),
-        ("forget: glob user", "DELETE", "/v1/users/%2A", key, None),
+        ("forget: user with a zero-width space", "DELETE", "/v1/users/a%E2%80%8Bb", key, None),
         ("memory: id not a UUID", "GET", "/v1/memories/not-a-uuid", key, None),
     ]
     return cases

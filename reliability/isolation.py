@@ -1,20 +1,25 @@
 """Isolation: no retrieval, listing or lookup ever shows one user's memory to another user or
-tenant (a property test over random tenants, users and queries); forget leaves no residue.
+tenant (a property test over random tenants, users and queries); forget leaves no residue;
+one tenant cannot tell from its own timings which questions another asked.
 
 The population: three tenants (each with its own API key) holding the SAME user ids, every
-user talking about their own secret order number often enough to be consolidated. Event ids
-name their owner, so any item (turn id, memory source events) not prefixed with the
-caller's ``tenant-user`` is a leak, and so is another user's secret in the context.
+user talking about their own secret order number often enough to be consolidated. The ids
+hold what once made two users one in the stores (the ':' separator, its percent-encoding,
+braces, case, other scripts and their NFC forms). Event ids name their owner, so any item
+(turn id, memory source events) not prefixed with the caller's is a leak, and so is
+another user's secret in the context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 import time
 import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,10 +28,21 @@ from reliability.audit import User, by_user, wait_settled
 from reliability.cluster import Deployment
 from reliability.core import Context, Row
 from reliability.shared import API_KEYS, client, service
+from schemas.identity import user_key
 from stores.redis_state import user_tag
 
 NAME = "isolation"
 TENANTS = sorted(API_KEYS.values())
+USER_IDS = (
+    "iso-u0",
+    "iso:u0",  # "acme:iso:u0" was also ("acme:iso", "u0")
+    "iso%3Au0",  # the separator's own percent-encoding
+    "ISO-U0",  # case: another customer
+    "iso-{u0}*",  # a hash tag's braces and a glob
+    "iso-zoë",  # NFC
+    "iso-名前",
+    "iso-u0@example.com",
+)
 PHRASES = (
     "Where is my order {code}? It still has not arrived.",
     "Order {code} is late again, any news on {code}?",
@@ -36,21 +52,29 @@ PHRASES = (
 
 
 def secret(tenant: str, user: str) -> str:
-    return f"Q-{zlib.crc32(f'{tenant}:{user}'.encode()) % 90000 + 10000}"
+    return f"Q-{zlib.crc32(user_key(tenant, user).encode()) % 90000 + 10000}"
 
 
-def population(users_per_tenant: int, turns: int, seed: int = 5) -> list[dict[str, Any]]:
+def owner_prefix(tenant: str, user: str) -> str:
+    """What every event id of the user starts with (event ids are ASCII: the user's index)."""
+    return f"iso-{tenant}-{USER_IDS.index(user) if user in USER_IDS else 'x'}-"
+
+
+def path(user: str) -> str:
+    return quote(user, safe="")
+
+
+def population(turns: int, seed: int = 5) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     start = datetime.now(UTC) - timedelta(days=2)
     events = []
     for tenant in TENANTS:
-        for u in range(users_per_tenant):
-            user = f"iso-u{u}"
+        for u, user in enumerate(USER_IDS):
             code = secret(tenant, user)
             for n in range(turns):
                 events.append(
                     {
-                        "event_id": f"iso-{tenant}-{user}-{n}",
+                        "event_id": f"{owner_prefix(tenant, user)}{n}",
                         "tenant_id": tenant,
                         "user_id": user,
                         "session_id": f"iso-s{n // 4}",
@@ -76,7 +100,7 @@ def _post_events(deployment: Deployment, events: list[dict[str, Any]]) -> None:
 def _leaks_in(
     answer: dict[str, Any], tenant: str, user: str, secrets: dict[User, str]
 ) -> list[str]:
-    mine = f"iso-{tenant}-{user}-"
+    mine = owner_prefix(tenant, user)
     leaks = []
     for item in answer.get("items", []):
         owners = [item["id"]] if item["kind"] == "turn" else []
@@ -96,11 +120,11 @@ def property_check(
     latencies: list[float] = []
     calls = 0
     clients = {t: client(deployment, t) for t in TENANTS}
-    user_ids = [*sorted({u for _, u in users}), "iso-nobody"]
+    user_ids = [*USER_IDS, "iso-nobody"]
     other_memories: dict[User, list[str]] = {}
     try:
         for t, u in users:
-            page = clients[t].get(f"/v1/users/{u}/memories", params={"limit": 100}).json()
+            page = clients[t].get(f"/v1/users/{path(u)}/memories", params={"limit": 100}).json()
             other_memories[(t, u)] = [m["memory_id"] for m in page.get("memories", [])]
             for m in page.get("memories", []):
                 if (m["tenant_id"], m["user_id"]) != (t, u):
@@ -158,42 +182,85 @@ async def residue(deployment: Deployment, tenant: str, user: str) -> int:
             "}", "\\}"
         )
         keys = [k async for k in redis.scan_iter(match=pattern, count=1000)]
-        listed = await redis.sismember(f"{deployment.prefix}:users", f"{tenant}:{user}")
+        listed = await redis.sismember(f"{deployment.prefix}:users", user_key(tenant, user))
         return len(keys) + int(bool(listed))
     finally:
         await redis.aclose()
 
 
 async def forget_check(deployment: Deployment, users: list[User]) -> tuple[int, list[str]]:
-    """Forget one user id in the first tenant; it must vanish there and survive elsewhere."""
-    tenant, user = users[0]
+    """Forget a user whose id holds the separator in the first tenant; it must vanish there,
+    and survive in the other tenants and as the ids it once shared its keys with."""
+    tenant, user = TENANTS[0], "iso:u0"
     notes: list[str] = []
     with client(deployment, tenant) as http:
-        answer = http.delete(f"/v1/users/{user}")
+        answer = http.delete(f"/v1/users/{path(user)}")
         if answer.status_code != 200:
             return 1, [f"DELETE /v1/users/{user} answered {answer.status_code}"]
         await asyncio.sleep(3)  # the control event reaches the processors
         left = await residue(deployment, tenant, user)
-        memories = http.get(f"/v1/users/{user}/memories").json().get("memories", [])
+        memories = http.get(f"/v1/users/{path(user)}/memories").json().get("memories", [])
         items = http.post("/v1/retrieve", json={"user_id": user, "query": "my order"}).json()
     problems = left + len(memories) + len(items.get("items", []))
     notes.append(
         f"forget {tenant}/{user}: {answer.json()}; afterwards {left} Redis keys, "
         f"{len(memories)} memories, {len(items.get('items', []))} retrieved items"
     )
-    survivors = [(t, u) for t, u in users if u == user and t != tenant]
+    kin = (user, "iso%3Au0", "iso-u0")  # the ids its keys once met
+    survivors = [(t, u) for t, u in users if (u == user) != (t == tenant) and u in kin]
     for t, u in survivors:
         with client(deployment, t) as http:
-            kept = http.get(f"/v1/users/{u}/memories").json().get("memories", [])
+            kept = http.get(f"/v1/users/{path(u)}/memories").json().get("memories", [])
         if await residue(deployment, t, u) == 0 and not kept:
             problems += 1
             notes.append(f"forgetting {tenant}/{user} also erased {t}/{u}")
     return problems, notes
 
 
+def timing_probe(deployment: Deployment, questions: int, seed: int = 11) -> tuple[int, str]:
+    """Tenant B times its own first retrieval of questions tenant A did and did not ask.
+
+    A cache shared by tenants answers A's questions from memory (a shared query-vector
+    cache made them about 10x faster), so B could read A's questions off its clock. The
+    promise: A's questions are not markedly faster for B (median under half the others')."""
+    rng = random.Random(seed)
+    words = ["refund", "parcel", "invoice", "warranty", "address", "courier", "voucher"]
+    texts = [
+        f"probe {i}: what happened to my {rng.choice(words)} {rng.randrange(10**6)}?"
+        for i in range(2 * questions)
+    ]
+    rng.shuffle(texts)
+    asked, unasked = set(texts[:questions]), texts[questions:]
+    a, b = TENANTS[0], TENANTS[1]
+    with client(deployment, a) as http_a:
+        for text in asked:
+            http_a.post("/v1/retrieve", json={"user_id": "iso-u0", "query": text})
+    timed: dict[str, float] = {}
+    order = [*asked, *unasked]
+    rng.shuffle(order)
+    with client(deployment, b) as http_b:
+        http_b.post("/v1/retrieve", json={"user_id": "iso-u0", "query": "warm up"})
+        for text in order:  # each once: B's own second ask would be B's own cache
+            started = time.perf_counter()
+            http_b.post("/v1/retrieve", json={"user_id": "iso-u0", "query": text})
+            timed[text] = (time.perf_counter() - started) * 1000
+    ms_asked = statistics.median(timed[t] for t in asked)
+    ms_other = statistics.median(timed[t] for t in unasked)
+    threshold = statistics.median(timed.values())
+    right = sum((timed[t] < threshold) == (t in asked) for t in order)
+    leak = ms_asked < 0.5 * ms_other
+    note = (
+        f"timing probe: {b} timed its first retrieval of {questions} questions {a} had asked "
+        f"and {questions} it had not: medians {ms_asked:.1f} vs {ms_other:.1f} ms; a "
+        f"median-split guess is right for {right} of {len(order)} (chance: half)"
+        + (" — A's questions are markedly faster: a side channel" if leak else "")
+    )
+    return int(leak), note
+
+
 async def run(ctx: Context) -> list[Row]:
     deployment = service(ctx)
-    events = population(users_per_tenant=3 if ctx.quick else 5, turns=8 if ctx.quick else 12)
+    events = population(turns=8 if ctx.quick else 12)
     await asyncio.to_thread(_post_events, deployment, events)
     expected = by_user(events)
     snap = await wait_settled(deployment, expected, 180 if ctx.quick else 300)
@@ -203,6 +270,9 @@ async def run(ctx: Context) -> list[Row]:
         property_check, deployment, users, secrets, 25 if ctx.quick else 150
     )
     residue_count, forget_notes = await forget_check(deployment, users)
+    probe_errors, probe_note = await asyncio.to_thread(
+        timing_probe, deployment, 10 if ctx.quick else 20
+    )
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else None
     note = (
@@ -214,7 +284,7 @@ async def run(ctx: Context) -> list[Row]:
     )
     return [
         Row(
-            "isolation: random tenants/users/queries; forget",
+            "isolation: ids with separators, Unicode, case; random tenants/users/queries; forget",
             len(events),
             lost=None,
             duplicated=None,
@@ -222,5 +292,14 @@ async def run(ctx: Context) -> list[Row]:
             p99_ms=p99,
             promised=("errors",),
             note=note,
-        )
+        ),
+        Row(
+            "isolation: cross-tenant cache timing probe",
+            20 if ctx.quick else 40,
+            lost=None,
+            duplicated=None,
+            errors=probe_errors,
+            promised=("errors",),
+            note=probe_note + ".",
+        ),
     ]

@@ -53,14 +53,16 @@ def key_problem(record_key: bytes | None, owner: str) -> str | None:
     """Why a record keyed ``record_key`` cannot carry a body of user ``owner`` (None: it can).
 
     The key routes the record (its partition, so its processor and its user's state): a key
-    that names another user, or none, would put one user's turn in another's order."""
+    that names another user, or none, would put one user's turn in another's order. The
+    key a producer wrote before ids were encoded (``tenant:user`` as they are) is accepted
+    for its own body, so a log from then can still be rebuilt."""
     if record_key is None:
         return f"record has no key (expected {owner!r}, the body's tenant and user)"
     try:
         text = record_key.decode("utf-8")
     except UnicodeDecodeError:
         return "record key is not UTF-8"
-    if text == owner:
+    if text == owner or text == SEPARATOR.join(parse_user_key(owner)):
         return None
     try:
         tenant = parse_user_key(text)[0]

@@ -334,8 +334,12 @@ class EventPublisher:
     async def publish(self, topic: str, key: str, value: bytes) -> None:
         await self._producer.send_and_wait(topic, value=value, key=key.encode())
 
-    async def publish_many(self, topic: str, items: list[tuple[str, bytes]]) -> None:
-        futures = [await self._producer.send(topic, value=v, key=k.encode()) for k, v in items]
+    async def publish_many(self, topic: str, items: list[tuple[str | None, bytes]]) -> None:
+        """Send every (key, value), then wait for all (a None key: a record without one)."""
+        futures = [
+            await self._producer.send(topic, value=v, key=None if k is None else k.encode())
+            for k, v in items
+        ]
         for future in futures:
             await future
 

@@ -138,7 +138,7 @@ async def test_a_record_keyed_for_another_user_or_for_none_is_dead_lettered() ->
         message(body, key=b"acme:bob"),  # another user
         message(body, key=b"globex:eu%3Abob"),  # another tenant
         message(body, key=None),  # no key
-        message(body, key=b"acme:eu:bob"),  # the old, ambiguous form
+        message(body, key=b"acme:eu:bob:x"),  # no user's key
         message(event(2, "last", user="eu:bob")),
     ]
     await s.handle_batch(InteractionEvent, handler.handle, batch)
@@ -149,7 +149,7 @@ async def test_a_record_keyed_for_another_user_or_for_none_is_dead_lettered() ->
     assert "names another user" in reasons[0]
     assert "names another tenant" in reasons[1]
     assert reasons[2].startswith("record has no key")
-    assert reasons[3].startswith("malformed record key 'acme:eu:bob'")
+    assert reasons[3].startswith("malformed record key 'acme:eu:bob:x'")
     assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="validation") == 4
 
 
