@@ -69,6 +69,10 @@ class RedisSettings(_Section):
     archive_batch_size: int = 256  # turns the archive worker writes per batch ...
     archive_within_s: float = 0.5  # ... or what arrived within this long
     processed_ttl_days: float = 30.0
+    # How long a forget tombstone is kept: longer than any replay window of memstream.events
+    # (its retention), since a replay older than the tombstone could bring the user back.
+    # 0 = never expire.
+    forgotten_ttl_days: float = 400.0
     # Forget tombstones outlive generations: every rebuild reads them under the base prefix
     # ("" = ``prefix``), so a replayed log cannot bring a forgotten user back.
     tombstone_prefix: str = ""

@@ -186,6 +186,7 @@ def open_state(settings: Settings, redis_url: str) -> RedisState:
         ttl_days=r.short_term_ttl_days,
         max_turns=r.short_term_max_turns,
         processed_ttl_days=r.processed_ttl_days,
+        forgotten_ttl_days=r.forgotten_ttl_days,
         cluster_cache_users=settings.cluster.cache_users,
     )
 

@@ -23,9 +23,24 @@ a user on one shard and a user's update can be one MULTI/EXEC transaction:
     {p}:{t:u}:trig:<trigger_id> string consolidated-trigger marker; TTL
     {p}:{t:u}:etrig:<event_id>  hash   trigger id -> RecurrenceTrigger JSON an event emitted,
                                        so a replay can re-send the unconsolidated; TTL
+    {p}:{t:u}:remind:<rem_id>   string claimed-reminder marker (workers.reminders); TTL
+    {p}:{t:u}:markers           zset   index of the seen/etrig/trig markers: member the
+                                       marker key's suffix (``seen:<event_id>``), score its
+                                       expiry (epoch seconds); TTL: the newest marker's
+    {p}:{t:u}:reminders         zset   the same index for the remind markers (their TTLs
+                                       differ per claim, so they keep their own index)
     {p}:users                   set    every user key seen (operators, rebuilds)
     {tp}:forgotten:{t:u}        string forget tombstone: epoch seconds (see mark_forgotten);
-                                       tp = the tombstone prefix, shared by every generation
+                                       tp = the tombstone prefix, shared by every generation;
+                                       TTL forgotten_ttl_days (0: none)
+
+Forgetting a user finds every key without scanning the keyspace (``delete_user``): the fixed
+names above, ``turn:<id>`` for the timeline's and pinned set's members (an evicted turn's key
+is deleted as it leaves), and the markers the two indexes list. Each marker is indexed in the
+transaction that writes it (one ZADD per transaction, however many markers), and the index is
+pruned there (ZREMRANGEBYSCORE of entries expired ``CLOCK_SLACK_S`` ago) and given the newest
+marker's TTL, so an idle user's index goes with its markers. Markers from before the indexes
+are listed nowhere and expire by their own TTL.
 
 Short-term turns leave the hot tier in event time (``memory.hot_tier``): older than the
 user's newest event minus ``ttl_days``, or past ``max_turns``, oldest first; never by a
@@ -34,7 +49,9 @@ lost: the archive worker (``workers.archive``) has written every turn to the lon
 store's archive, which the RPC ranks with the hot turns.
 
 Writers: the ``memorize`` processor owning the user's partition writes everything except
-``trig:`` markers, which the consolidator owning the user writes.
+``trig:`` markers, which the consolidator owning the user writes, and ``remind:`` markers
+(with their index), the reminder worker's. Both memorize and the consolidator add to the
+``markers`` index, in the transaction of their marker (ZADD, prune and EXPIRE commute).
 
 Batches. memorize reads a fetched batch's users in one pipeline (``load_users``) and writes
 them with ``apply_users``: per user one MULTI/EXEC holding every event of the user in the
@@ -53,6 +70,7 @@ reads the clusters from Redis again.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -83,6 +101,15 @@ from stores.codecs import (
 from stores.redis_client import SlotTransactions, async_redis
 
 DAY_S = 86_400
+# A marker's index entry is scored by its expiry on the writer's wall clock and pruned on
+# another's: prune only this long after, so a clock a little ahead never unlists a live marker.
+CLOCK_SLACK_S = 300
+# The keys every user may have, besides turns and markers (see the module docstring). Those
+# that lead to other keys (timeline, pinned, the indexes) come last: a forget cut short
+# leaves them for the next try.
+_FIXED_KEYS = ("pending", "clusters", "meta", "keys", "heard", "timeline", "pinned")
+_INDEXES = ("markers", "reminders")
+DELETE_BATCH = 500
 
 # Clusters and pending turns are re-read for every event of a user but rarely change: decode
 # each distinct serialised value once (content-addressed, so never stale; values are frozen).
@@ -202,6 +229,7 @@ class StateOptions(TypedDict, total=False):
     ttl_days: float
     max_turns: int
     processed_ttl_days: float
+    forgotten_ttl_days: float
     cluster_cache_users: int
 
 
@@ -215,6 +243,7 @@ class RedisState:
         ttl_days: float = 7.0,
         max_turns: int = 2000,
         processed_ttl_days: float = 30.0,
+        forgotten_ttl_days: float = 400.0,
         cluster_cache_users: int = 10_000,
         transactions: SlotTransactions | None = None,
     ) -> None:
@@ -225,6 +254,7 @@ class RedisState:
         self.ttl_s = int(ttl_days * DAY_S)
         self.max_turns = max_turns
         self.processed_ttl_s = int(processed_ttl_days * DAY_S)
+        self.forgotten_ttl_s = int(forgotten_ttl_days * DAY_S)  # 0: tombstones never expire
         self.cluster_cache_users = cluster_cache_users
         self._cluster_cache: OrderedDict[tuple[str, str], tuple[tuple[str, int], ClusterState]]
         self._cluster_cache = OrderedDict()
@@ -478,6 +508,7 @@ class RedisState:
         state: ClusterState | None = None
         base: tuple[str, int] | None = None
         stepped = 0
+        markers: list[str] = []
         for update, (evicted, already) in zip(write.updates, hot, strict=True):
             turn = update.turn
             turn_key = k("turn", turn.event_id)
@@ -518,7 +549,12 @@ class RedisState:
                 # redis-py types ``mapping`` with an invariant key type no dict[str, ...] meets.
                 pipe.hset(etrig, mapping=dict(update.triggers))  # type: ignore[arg-type]
                 pipe.expire(etrig, self.processed_ttl_s)
+                markers.append(f"etrig:{update.event_id}")
             pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
+            markers.append(f"seen:{update.event_id}")
+        # Every marker of the transaction in one index entry write (3 commands a user, any
+        # number of events).
+        self._index_markers(pipe, write.tenant_id, write.user_id, markers, self.processed_ttl_s)
         # The RPC's turn index re-syncs on a new tver; tall counts every turn ever written.
         newest = hot[-1][0].newest
         pipe.hset(k("meta"), mapping={"tver": uuid.uuid4().hex, "newest": repr(newest)})
@@ -543,6 +579,35 @@ class RedisState:
             version_at = len(pipe.command_stack)
             pipe.hincrby(k("meta"), "cver", stepped)
         return version_at, generation, (base[1] if base else 0) + stepped, state
+
+    def _index_markers(
+        self,
+        pipe: Pipeline,
+        tenant_id: str,
+        user_id: str,
+        suffixes: Sequence[str],
+        ttl_s: int,
+        *,
+        index: str = "markers",
+    ) -> None:
+        """Queue, beside the markers it writes (``{p}:{t:u}:<suffix>``, each with TTL
+        ``ttl_s``), their entries in the user's ``index``, which ``delete_user`` reads instead
+        of scanning the keyspace: scored by expiry (never lowered: GT), entries expired a while
+        ago pruned, and the index kept as long as its newest marker.
+
+        ``markers`` (seen, etrig, trig) all take ``processed_ttl_s``, so the newest write's TTL
+        is the longest and a plain EXPIRE is exact. ``reminders`` take the TTL each claim
+        asks: the index's expiry only moves forward (NX on a fresh index, else GT).
+        """
+        key = self._key(tenant_id, user_id, index)
+        now = time.time()
+        pipe.zadd(key, dict.fromkeys(suffixes, now + ttl_s), gt=True)
+        pipe.zremrangebyscore(key, "-inf", now - CLOCK_SLACK_S)
+        if index == "markers":
+            pipe.expire(key, ttl_s)
+        else:
+            pipe.expire(key, ttl_s, nx=True)
+            pipe.expire(key, ttl_s, gt=True)
 
     def _after_write(
         self,
@@ -610,9 +675,11 @@ class RedisState:
         return bool(await self.redis.exists(self._key(tenant_id, user_id, "trig", trigger_id)))
 
     async def mark_trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> None:
-        await self.redis.set(
-            self._key(tenant_id, user_id, "trig", trigger_id), b"1", ex=self.processed_ttl_s
-        )
+        key = self._key(tenant_id, user_id, "trig", trigger_id)
+        pipe = await self.transactions.pipeline(key)
+        pipe.set(key, b"1", ex=self.processed_ttl_s)
+        self._index_markers(pipe, tenant_id, user_id, [f"trig:{trigger_id}"], self.processed_ttl_s)
+        await self.transactions.execute(pipe)
 
     # An event's triggers, kept as long as its seen mark. A trigger is delivered before its
     # event is marked seen, but a broker that loses its log (or a trigger topic cut short)
@@ -628,6 +695,7 @@ class RedisState:
         # redis-py types ``mapping`` with an invariant key type that no dict[str, ...] meets.
         pipe.hset(key, mapping=triggers)  # type: ignore[arg-type]
         pipe.expire(key, self.processed_ttl_s)
+        self._index_markers(pipe, tenant_id, user_id, [f"etrig:{event_id}"], self.processed_ttl_s)
         await self.transactions.execute(pipe)
 
     async def open_event_triggers(self, tenant_id: str, user_id: str, event_id: str) -> list[bytes]:
@@ -650,10 +718,23 @@ class RedisState:
         self, tenant_id: str, user_id: str, reminder_id: str, ttl_s: float
     ) -> bool:
         key = self._key(tenant_id, user_id, "remind", reminder_id)
-        return bool(await self.redis.set(key, b"1", nx=True, ex=max(1, int(ttl_s))))
+        ttl = max(1, int(ttl_s))
+        pipe = await self.transactions.pipeline(key)
+        pipe.set(key, b"1", nx=True, ex=ttl)
+        # Claimed already: the entry's score may pass the marker's expiry (GT keeps the later
+        # one), never fall short of it.
+        self._index_markers(
+            pipe, tenant_id, user_id, [f"remind:{reminder_id}"], ttl, index="reminders"
+        )
+        claimed, *_ = await self.transactions.execute(pipe)
+        return bool(claimed)
 
     async def release_reminder(self, tenant_id: str, user_id: str, reminder_id: str) -> None:
-        await self.redis.delete(self._key(tenant_id, user_id, "remind", reminder_id))
+        key = self._key(tenant_id, user_id, "remind", reminder_id)
+        pipe = await self.transactions.pipeline(key)
+        pipe.delete(key)
+        pipe.zrem(self._key(tenant_id, user_id, "reminders"), f"remind:{reminder_id}")
+        await self.transactions.execute(pipe)
 
     async def users(self) -> list[tuple[str, str]]:
         members = sorted(_text(u) for u in await self.redis.smembers(f"{self.prefix}:users"))
@@ -711,13 +792,17 @@ class RedisState:
     async def mark_forgotten(self, tenant_id: str, user_id: str, at: float) -> None:
         """Tombstone: memorize drops this user's events stamped at or before ``at``.
 
-        Kept (no TTL, a few bytes) so a replay of the log does not bring the user back; a
-        later forget moves it forward, never back.
+        Kept ``forgotten_ttl_days`` (a few bytes; longer than memstream.events' retention,
+        so a replay of the log does not bring the user back; 0: forever). A later forget
+        moves it forward, never back, and restarts its TTL.
         """
         key = self._forgotten_key(tenant_id, user_id)
+        ttl = self.forgotten_ttl_s or None
         old = await self.redis.get(key)
         if old is None or float(old) < at:
-            await self.redis.set(key, repr(at))
+            await self.redis.set(key, repr(at), ex=ttl)
+        elif ttl is not None:
+            await self.redis.expire(key, ttl)
 
     async def forgotten_at(self, tenant_id: str, user_id: str) -> float | None:
         raw = await self.redis.get(self._forgotten_key(tenant_id, user_id))
@@ -729,17 +814,32 @@ class RedisState:
         return bool(await self.redis.delete(self._forgotten_key(tenant_id, user_id)))
 
     async def delete_user(self, tenant_id: str, user_id: str) -> int:
-        """Forget a user: every key under the user's hash tag, and the users-set entry."""
-        pattern = self._key(tenant_id, user_id, "*")
+        """Forget a user: every key under the user's hash tag, and the users-set entry; how
+        many keys there were.
+
+        No SCAN of the keyspace: the keys are the fixed names, ``turn:<id>`` for the
+        timeline's and the pinned set's members, and the markers the two indexes list
+        (``_index_markers``), unlinked in batches (one slot: valid on a Redis Cluster).
+        Markers written before the indexes existed are not listed: they expire by their
+        TTL (``processed_ttl_days``; a reminder's, 2 x its max lateness + 1 day). The
+        tombstone (``_forgotten_key``) lies outside ``{p}:{t:u}:`` and stays. A write that
+        lands between the read and the unlinks survives (as one after a SCAN did): the
+        ``control`` processor's second forget, behind the in-flight events, takes it.
+        """
+        k = partial(self._key, tenant_id, user_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrange(k("timeline"), 0, -1)
+        pipe.smembers(k("pinned"))
+        for index in _INDEXES:
+            pipe.zrange(k(index), 0, -1)
+        timeline, pinned, *indexed = await pipe.execute()
+        turns = dict.fromkeys(_text(i) for i in (*timeline, *pinned))
+        keys = [k("turn", i) for i in turns]
+        keys += [k(_text(m)) for members in indexed for m in members]
+        keys += [k(name) for name in (*_FIXED_KEYS, *_INDEXES)]
         deleted = 0
-        batch: list[bytes] = []
-        async for key in self.redis.scan_iter(match=_glob_escape(pattern), count=1000):
-            batch.append(key)
-            if len(batch) >= 500:
-                deleted += int(await self.redis.delete(*batch))
-                batch.clear()
-        if batch:
-            deleted += int(await self.redis.delete(*batch))
+        for at in range(0, len(keys), DELETE_BATCH):
+            deleted += int(await self.redis.unlink(*keys[at : at + DELETE_BATCH]))
         await self.redis.srem(f"{self.prefix}:users", user_key(tenant_id, user_id))
         return deleted
 
@@ -755,11 +855,3 @@ def _creation_order(c: Cluster) -> tuple[int, float]:
     """The engine's order: clusters are numbered as they open (event times may not be)."""
     digits = c.cluster_id.lstrip("c")
     return (int(digits) if digits.isdigit() else -1, c.created_ts)
-
-
-def _glob_escape(pattern: str) -> str:
-    """Escape glob metacharacters except the trailing ``*`` (ids may contain none, but be safe)."""
-    body, star = pattern[:-1], pattern[-1]
-    for ch in "[]?*":
-        body = body.replace(ch, "\\" + ch)
-    return body + star

@@ -324,6 +324,39 @@ async def test_a_reminder_is_claimed_once_until_released(make_state: MakeState) 
     assert await state.claim_reminder(TENANT, USER, "r1", 60)
 
 
+async def test_delete_user_drops_every_marker_and_turn_of_the_user_only(
+    make_state: MakeState,
+) -> None:
+    """Hot and evicted turns, seen/etrig/trig/remind markers: none survives a forget, and a
+    user whose id differs only by a ':' keeps all of theirs. (That no key is left at all is
+    tests/integration/test_redis_forget.py's, which may scan.)"""
+    state = make_state(max_turns=2)
+    users = ("eu", "eu:bob")
+    for user in users:
+        for n in range(4):  # two leave the hot tier
+            t = turn(f"e{n}", timedelta(minutes=n), pinned=n == 1)
+            await state.apply(TENANT, user, update(t, n, triggers={f"t{n}": b"x"}))
+        await state.mark_trigger_done(TENANT, user, "t0")
+        assert await state.claim_reminder(TENANT, user, "r1", 60)
+    assert await state.delete_user(TENANT, "eu") > 0
+    assert await state.users() == [(TENANT, "eu:bob")]
+
+    ids = [f"e{n}" for n in range(4)]
+    gone, kept = await state.load_users([UserRead(TENANT, u, ids) for u in users])
+    assert (gone.processed, kept.processed) == (frozenset(), frozenset(ids))
+    assert (await state.timeline_ids(TENANT, "eu"), await state.turns(TENANT, "eu", ids)) == (
+        [],
+        [],
+    )
+    assert len(await state.turns(TENANT, "eu:bob", ids)) == 2
+    assert not await state.trigger_done(TENANT, "eu", "t0")
+    assert await state.trigger_done(TENANT, "eu:bob", "t0")
+    assert await state.open_event_triggers(TENANT, "eu", "e1") == []
+    assert await state.open_event_triggers(TENANT, "eu:bob", "e1") == [b"x"]
+    assert await state.claim_reminder(TENANT, "eu", "r1", 60)
+    assert not await state.claim_reminder(TENANT, "eu:bob", "r1", 60)
+
+
 async def test_the_heard_set_is_the_users_own_and_read_for_the_phrases_asked(
     make_state: MakeState,
 ) -> None:
