@@ -41,6 +41,8 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "cluster ARI (synthetic)",
     "clustering ms/event @500 clusters",
     "peak RSS MiB (100k memories)",
+    "worst per-turn CPU ms at the size limit",
+    "consolidation CPU ms, 40 turns x 8,000 chars",
 )
 
 

@@ -52,6 +52,8 @@ BENCHMARKS: tuple[str, ...] = (
     "cost",  # after resources: its "LLM calls per event" row (gated vs eager) is the headline
     # Recurrence vs eager (evidence shown, input tokens) and the local LLM against extractive.
     "consolidators",
+    # The largest inputs a client may send (40 x 8,000-char turns), beside typical ones.
+    "adversarial_cost",
 )
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = Path(os.environ.get("MEMSTREAM_SHARED_BENCH", REPO.parent / "shared" / "bench"))

@@ -17,8 +17,13 @@ _RELATIVE = re.compile(
     r"\b(?:within|in|next)\s+(\d+|[a-z]+(?:-[a-z]+)?)\s+"
     r"(minute|hour|business day|working day|day|week)s?\b"
 )
+# Linear: a number is tried from the first character of its run only (the lookbehinds; the
+# runs are possessive, what follows them cannot extend them), and "\s*个?\s*" is read as
+# "\s*(?:个\s*)?" (two runs of spaces one after the other were quadratic).
+_ZH_NUMERALS = "零一二两三四五六七八九十"
 _ZH_RELATIVE = re.compile(
-    r"(\d+|[零一二两三四五六七八九十]+)\s*个?\s*(小时|工作日|天|日|周|星期)(?:之|以)?内"
+    rf"((?<!\d)\d++|(?<![{_ZH_NUMERALS}])[{_ZH_NUMERALS}]++)\s*(?:个\s*)?"
+    r"(小时|工作日|天|日|周|星期)(?:之|以)?内"
 )
 _ZH_UNITS = {"小时": "hour", "工作日": "business day", "周": "week", "星期": "week"}
 _EN_WEEKDAY = re.compile(r"\b(?:by|on|before|until|next)\s+(" + "|".join(_WEEKDAYS) + r")\b")

@@ -123,9 +123,13 @@ _ZH_FILLER_CHARS = frozenset("嗯哦噢啊呀呢吧吗么哈嘿喂了的我你�
 # A support agent's conversational frame: self-introductions, offers of help, sign-offs.
 # Every session opens and closes with them, so without this they would recur across
 # sessions and fire consolidation on nothing. Removed before content words are counted.
+# Linear time: a run of one class is read by one quantifier, or starts after a literal. In
+# the first branch the spaces around the name are possessive (``\s++``: the name and
+# "support" start with a non-space), so the spaces after "welcome to" are read once, not
+# split every way between three quantifiers (48 s on 8,000 spaces).
 _AGENT_FRAME = re.compile(
     r"""
-      \b(?:welcome\s+to|this\s+is\s+\w+\s+from)\s+[\w' ]{1,40}?\s+(?:support|team|service)\b
+      \b(?:welcome\s+to|this\s+is\s+\w+\s+from)\s++[\w'][\w' ]{0,39}?\s++(?:support|team|service)\b
     | \b(?:this\s+is|my\s+name\s+is)\s+\w+\b
     | \b\w+\s+here\b(?=\s*[.!,])
     | \b(?:how|what)\s+can\s+i\s+(?:help|do\s+for)(?:\s+you)?(?:\s+with)?(?:\s+today)?\b
@@ -311,6 +315,9 @@ _MARKER_WORDS = r"(?:number|num|id|ref|reference|code)\b|no\b\.?"
 # A bounded run of single separator items: each item starts differently, so a failed match
 # backtracks at most 12 steps (nested or repeated "[\s:#]*" would be cubic on long space runs).
 _SEP = rf"(?P<sep>(?:[\s:#]|{_MARKER_WORDS}|(?:is|was)\b){{0,12}})"
+# The Chinese separator "\s*(?:是|为)?[\s:#]*" with each run read by one quantifier: with no
+# "是" its two runs met ("\s*[\s:#]*", quadratic on spaces), so the second starts at ":"/"#".
+_ZH_SEP = r"\s*(?:(?:是|为)[\s:#]*|[:#][\s:#]*)?"
 _ORDER_EN_RE = re.compile(
     rf"(?<![A-Za-z])orders?(?![A-Za-z]){_SEP}(?P<id>{_ID}){_NOT_AFTER}", re.IGNORECASE
 )
@@ -319,20 +326,20 @@ _ORDER_PREFIXED_RE = re.compile(
     rf"{_NOT_BEFORE}(?P<id>ORD(?:ER)?-?\d[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*){_NOT_AFTER}", re.IGNORECASE
 )
 _ORDER_ZH_RE = re.compile(
-    rf"(?:订单|訂單)(?:号码|号|編號|编号|单号)?\s*(?:是|为)?[\s:#]*(?P<id>{_ID}){_NOT_AFTER}"
+    rf"(?:订单|訂單)(?:号码|号|編號|编号|单号)?{_ZH_SEP}(?P<id>{_ID}){_NOT_AFTER}"
 )
 _TRACKING_EN_RE = re.compile(
     rf"(?<![A-Za-z])tracking(?![A-Za-z]){_SEP}(?P<id>{_ID}){_NOT_AFTER}", re.IGNORECASE
 )
 _TRACKING_ZH_RE = re.compile(
-    rf"(?:运单|快递单|物流单|快递|跟踪|追踪)(?:号码|号|编号)\s*(?:是|为)?[\s:#]*(?P<id>{_ID}){_NOT_AFTER}"
+    rf"(?:运单|快递单|物流单|快递|跟踪|追踪)(?:号码|号|编号){_ZH_SEP}(?P<id>{_ID}){_NOT_AFTER}"
 )
 _PRODUCT_MARKED_RE = re.compile(
     rf"(?<![A-Za-z])(?:sku|model|part|item|product)(?![A-Za-z]){_SEP}(?P<id>{_ID}){_NOT_AFTER}",
     re.IGNORECASE,
 )
 _PRODUCT_ZH_RE = re.compile(
-    rf"(?:型号|货号|商品编号|商品编码|产品编号|产品型号|款号)\s*(?:是|为)?[\s:#]*(?P<id>{_ID}){_NOT_AFTER}"
+    rf"(?:型号|货号|商品编号|商品编码|产品编号|产品型号|款号){_ZH_SEP}(?P<id>{_ID}){_NOT_AFTER}"
 )
 _CODE_TOKEN_RE = re.compile(rf"{_NOT_BEFORE}(?P<id>{_ID}){_NOT_AFTER}")
 
@@ -388,19 +395,25 @@ _HASH_NOT_ORDER = re.compile(
 )
 # A run of bare digits (no "+", no separators) is a phone number only when it is long enough
 # to be one on its own (10+ digits) or the words just before it say phone, call, mobile...
+# Read on the ``_PHONE_CUE_CHARS`` before the number only; the lookahead says so, so that on
+# a long text each start costs that many steps at most (a run of "号" was quadratic).
+_PHONE_CUE_CHARS = 30
 _PHONE_CUE = re.compile(
+    rf"(?=[\s\S]{{0,{_PHONE_CUE_CHARS}}}\Z)"
     r"(?:phone|call|tel|mobile|cell|number|whatsapp|sms|text|reach|电话|手机|号码|号)\W{0,3}"
     r"(?:\w+\W+){0,3}$",
     re.IGNORECASE,
 )
 _MIN_BARE_PHONE_DIGITS = 10
-_DECIMAL_RE = re.compile(r"\d+\.\d+")
+# Both are used with fullmatch; the left anchor and the possessive run keep a search over a
+# long run of digits linear (a match is tried from the run's first digit only).
+_DECIMAL_RE = re.compile(r"(?<!\d)\d++\.\d+")
 _IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _MIN_PHONE_DIGITS, _MAX_PHONE_DIGITS, _MAX_PHONE_GROUPS = 7, 15, 6
 
 # Numbers with a unit or ordinal suffix ("10am", "5kg", "3rd", "1080p") are measurements.
 _UNIT_RE = re.compile(
-    r"\d+(?:st|nd|rd|th|am|pm|h|hr|hrs|min|mins|s|sec|secs|ms|d|day|days|wk|wks|w|mo|y|yr|yrs"
+    r"(?<!\d)\d++(?:st|nd|rd|th|am|pm|h|hr|hrs|min|mins|s|sec|secs|ms|d|day|days|wk|wks|w|mo|y|yr|yrs"
     r"|kg|g|mg|lb|lbs|oz|km|m|cm|mm|in|ft|mi|ml|l|gb|mb|tb|kb|k|x|mph|hz|khz|mhz|ghz|kw|v"
     r"|mah|px|dpi|p|fps|pcs|pc)",
     re.IGNORECASE,
@@ -519,7 +532,7 @@ def _phone_key(m: re.Match[str]) -> str | None:
     if len(groups) > _MAX_PHONE_GROUPS or max(len(g) for g in groups) < 3:
         return None
     if raw.isdigit() and len(raw) < _MIN_BARE_PHONE_DIGITS:
-        before = m.string[max(0, m.start() - 30) : m.start()].replace(_MASK, " ")
+        before = m.string[max(0, m.start() - _PHONE_CUE_CHARS) : m.start()].replace(_MASK, " ")
         if not _PHONE_CUE.search(before):
             return None
     return "phone:" + ("+" if raw.startswith("+") else "") + digits
