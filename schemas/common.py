@@ -72,8 +72,12 @@ EARLIEST_TS = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_CLOCK_SKEW = timedelta(days=1)
 
 
+# Searched in C: a Python loop over a 1 MB body's characters held the event loop ~0.1 s.
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _no_control_chars(text: str) -> str:
-    if any(ord(c) < 32 and c not in "\n\t\r" for c in text):
+    if _CONTROL_CHARS.search(text):
         raise ValueError("text contains control characters")
     if not text.strip():
         raise ValueError("text is empty or only whitespace")

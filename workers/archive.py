@@ -15,6 +15,7 @@ check and the write (its delete would then have run before the turn arrived).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -47,17 +48,28 @@ class ArchiveWorker:
     state: ShortTermState  # read only: forget tombstones
     longterm: LongTermStore
 
-    async def archive(self, batch: Sequence[EncodedEvent]) -> int:
-        """Archive a batch of turns; returns how many were written (forgotten ones not)."""
-        turns = [archived_turn(e) for e in batch]
+    async def archive(
+        self, batch: Sequence[EncodedEvent], arrived: Sequence[float | None] = ()
+    ) -> int:
+        """Archive a batch of turns; returns how many were written (forgotten ones not).
+
+        ``arrived``: each event's record timestamp, when known (``stores.stage.Received``):
+        one posted before its user's forget is dropped whatever its own stamp."""
+        # Off the event loop: a turn's entities and phrases cost up to tens of ms at the
+        # size limit, and this process serves retrievals too.
+        turns = await asyncio.to_thread(lambda: [archived_turn(e) for e in batch])
+        arrivals = list(arrived) or [None] * len(turns)
         tombstones = await self._tombstones(turns)
-        kept = [t for t in turns if not _forgotten(t, tombstones)]
-        if not kept:
+        pairs = [
+            (t, a) for t, a in zip(turns, arrivals, strict=True) if not _forgotten(t, tombstones, a)
+        ]
+        if not pairs:
             return 0
+        kept = [t for t, _ in pairs]
         await self.longterm.upsert_turns(kept)
         # A forget that landed meanwhile deleted the archive before these arrived.
         after = await self._tombstones(kept)
-        late = [t for t in kept if _forgotten(t, after)]
+        late = [t for t, a in pairs if _forgotten(t, after, a)]
         for tenant, user in {(t.tenant_id, t.user_id) for t in late}:
             ids = [t.turn.event_id for t in late if (t.tenant_id, t.user_id) == (tenant, user)]
             await self.longterm.delete_turns(tenant, user, ids)
@@ -72,9 +84,14 @@ class ArchiveWorker:
         return found
 
 
-def _forgotten(turn: ArchivedTurn, tombstones: dict[tuple[str, str], float]) -> bool:
+def _forgotten(
+    turn: ArchivedTurn, tombstones: dict[tuple[str, str], float], arrived: float | None = None
+) -> bool:
+    """Stamped, or posted, at or before its user's forget (as memorize decides)."""
     at = tombstones.get((turn.tenant_id, turn.user_id))
-    return at is not None and turn.turn.ts.timestamp() <= at
+    if at is None:
+        return False
+    return turn.turn.ts.timestamp() <= at or (arrived is not None and arrived <= at)
 
 
 def register_archive(
@@ -89,11 +106,12 @@ def register_archive(
     stage = Stage(STAGE, topics.encoded, topics.dlq, metrics)
 
     async def archive_one(item: Received[EncodedEvent]) -> int:
-        return await worker.archive([item.value])
+        return await worker.archive([item.value], [item.arrived])
 
     async def handle(batch: list[Received[EncodedEvent]]) -> int:
+        events, arrived = [item.value for item in batch], [item.arrived for item in batch]
         try:
-            await stage.retry(partial(worker.archive, [item.value for item in batch]))
+            await stage.retry(partial(worker.archive, events, arrived))
         except Exception:
             # One bad turn must not keep its batch-mates out: retry them one by one.
             return len(await stage.one_by_one(batch, archive_one, retry=True))

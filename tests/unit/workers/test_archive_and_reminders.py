@@ -63,6 +63,20 @@ async def test_the_archive_keeps_every_turn_but_a_forgotten_users_older_ones(
     assert await longterm.count_turns(TENANT, USER) == 2
 
 
+async def test_the_archive_drops_a_turn_posted_before_the_forget_whatever_its_stamp(
+    longterm: LongTermStore,
+) -> None:
+    forget_at = T0 + timedelta(hours=1)
+    state = FakeShortTermState()
+    await state.mark_forgotten(TENANT, USER, forget_at.timestamp())
+    worker = ArchiveWorker(state=state, longterm=longterm)
+    ahead = encoded(7)  # stamped 7 h: after the forget
+    before, after = ((forget_at + timedelta(seconds=s)).timestamp() for s in (-2, 2))
+    assert await worker.archive([ahead], [before]) == 0
+    assert await longterm.count_turns(TENANT, USER) == 0
+    assert await worker.archive([ahead], [after]) == 1  # posted after: a new conversation
+
+
 def memory_with(actions: list[OpenAction]) -> ConsolidatedMemory:
     key = "entity:order:A-1"
     return ConsolidatedMemory(
