@@ -22,7 +22,17 @@ from pathlib import Path
 from reliability.core import Context, Row, markdown, table
 from reliability.shared import close_all
 
-FAMILIES = ("bad_input", "poison", "isolation", "fuzz", "load", "crashes", "outages")
+# adversarial last: the backlog its attacker leaves behind must not slow another row.
+FAMILIES = (
+    "bad_input",
+    "poison",
+    "isolation",
+    "fuzz",
+    "load",
+    "crashes",
+    "outages",
+    "adversarial",
+)
 # Needs the real clusters of deploy/ (make cluster-up; java, maven, redis-server): only with
 # --only, as ``make cluster-test`` runs it.
 ON_CLUSTERS = ("cluster_faults",)
