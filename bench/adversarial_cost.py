@@ -96,25 +96,28 @@ def _turns(texts: list[str], start: datetime = T0) -> list[StoredTurn]:
     ]
 
 
+def sample_turns() -> dict[str, list[StoredTurn]]:
+    """The sample stream's turns per user, in stream order."""
+    events = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+    return {
+        user: [
+            StoredTurn(
+                event_id=e["event_id"],
+                session_id=e["session_id"],
+                role=e["role"],
+                text=e["text"],
+                ts=datetime.fromisoformat(e["ts"].replace("Z", "+00:00")),
+            )
+            for e in events
+            if e["user_id"] == user
+        ]
+        for user in sorted({e["user_id"] for e in events})
+    }
+
+
 def _sample_windows() -> list[list[StoredTurn]]:
     """10 ordinary turns per user of the sample stream."""
-    events = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
-    windows = []
-    for user in sorted({e["user_id"] for e in events}):
-        mine = [e for e in events if e["user_id"] == user][:10]
-        windows.append(
-            [
-                StoredTurn(
-                    event_id=e["event_id"],
-                    session_id=e["session_id"],
-                    role=e["role"],
-                    text=e["text"],
-                    ts=datetime.fromisoformat(e["ts"].replace("Z", "+00:00")),
-                )
-                for e in mine
-            ]
-        )
-    return windows
+    return [turns[:10] for turns in sample_turns().values()]
 
 
 def _cpu_ms(fn: Callable[[str], object], text: str) -> float:

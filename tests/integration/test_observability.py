@@ -43,6 +43,7 @@ STILL = {
     "memstream_role": "constant 1 per role the process plays",
     "memstream_start_time_seconds": "set once, when the process starts",
     "memstream_encoder_cache_hits_total": "only a repeated cluster description hits the cache",
+    "memstream_consolidations_cut_total": "only input past the consolidator's bounds is cut",
 }
 
 
@@ -112,6 +113,7 @@ OWNED = {
         "memstream_llm_calls_total",
         "memstream_llm_tokens_total",
         "memstream_llm_fallbacks_total",
+        "memstream_consolidations_cut_total",
         "memstream_consolidation_input_tokens_total",
         "memstream_longterm_memories",
         "memstream_consumer_lag",

@@ -12,17 +12,16 @@ bound it give the pairwise answer.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.adversarial_cost import sample_turns
 from memory import extractive
 from memory.consolidation import extract_memory
 from memory.due import parse_due
@@ -120,20 +119,7 @@ def test_a_tiny_budget_cuts_and_still_gives_a_memory() -> None:
 
 
 def test_the_sample_stream_is_never_cut() -> None:
-    sample = Path(__file__).resolve().parents[3] / "examples" / "sample_stream.jsonl"
-    events = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
-    for user in sorted({e["user_id"] for e in events}):
-        turns = [
-            StoredTurn(
-                event_id=e["event_id"],
-                session_id=e["session_id"],
-                role=e["role"],
-                text=e["text"],
-                ts=datetime.fromisoformat(e["ts"].replace("Z", "+00:00")),
-            )
-            for e in events
-            if e["user_id"] == user
-        ]
+    for user, turns in sample_turns().items():
         for window in (turns, turns[-40:], turns[:10]):
             result = extract_memory(KEY, window, window[-1].ts)
             assert result.cut is None, user
