@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -24,6 +25,7 @@ from memory.consolidation import extract_memory
 from memory.extractive import Cut
 from memstream.settings import LLMSettings
 from schemas import ConsolidatedMemory, MemoryContent, StoredTurn
+from stores.cpu import off_loop
 
 
 class LLMError(RuntimeError):
@@ -56,7 +58,7 @@ async def _extractive(
     bounds) but up to a few hundred milliseconds of CPU, which on the event loop would stall
     every other tenant and ``/healthz``. A cut memory is still the answer (never retried);
     ``on_cut(reason)`` hears of it (``memstream_consolidations_cut_total``)."""
-    extraction = await asyncio.to_thread(extract_memory, key, list(turns), now)
+    extraction = await off_loop(partial(extract_memory, key, list(turns), now))
     if extraction.cut is not None:
         usage.cuts += 1
         if on_cut is not None:

@@ -35,6 +35,7 @@ from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger
 from stores.broker import Topics
+from stores.cpu import off_loop
 from stores.redis_state import UserRead, UserSnapshot, UserUpdate, UserWrite, snapshot_after
 from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
@@ -206,7 +207,7 @@ class Memorizer:
         # Off the event loop: health checks, the RPC and other users' I/O go on meanwhile.
         # A decision past its budget runs on in its thread, but the stage moves on without it.
         try:
-            plan = await asyncio.wait_for(asyncio.to_thread(decide), self.decide_budget_s)
+            plan = await asyncio.wait_for(off_loop(decide), self.decide_budget_s)
         except TimeoutError:
             raise OverBudget(
                 f"deciding the event took over its {self.decide_budget_s:g} s budget"

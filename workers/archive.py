@@ -15,7 +15,6 @@ check and the write (its delete would then have run before the turn arrived).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +27,7 @@ from memory.vectors import normalize
 from memstream.metrics import Metrics
 from schemas import EncodedEvent
 from stores.broker import Topics
+from stores.cpu import off_loop
 from stores.longterm import ArchivedTurn, LongTermStore
 from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
@@ -57,7 +57,7 @@ class ArchiveWorker:
         one posted before its user's forget is dropped whatever its own stamp."""
         # Off the event loop: a turn's entities and phrases cost up to tens of ms at the
         # size limit, and this process serves retrievals too.
-        turns = await asyncio.to_thread(lambda: [archived_turn(e) for e in batch])
+        turns = await off_loop(lambda: [archived_turn(e) for e in batch])
         arrivals = list(arrived) or [None] * len(turns)
         tombstones = await self._tombstones(turns)
         pairs = [
