@@ -11,7 +11,7 @@ Two headline rows, each against a reference measured in the same run, in CPU tim
   (``examples/sample_stream.jsonl``, one window per user). Before the bounds of
   ``memory.extractive`` the first shape took over 15 minutes.
 - ``worst per-turn CPU ms at the size limit``: the slowest text function that runs on every
-  turn (``memory.adversarial.per_turn_functions``) over ``memory.adversarial.
+  turn (``bench.adversarial_inputs.per_turn_functions``) over ``bench.adversarial_inputs.
   adversarial_texts(8000)``, against the median sample turn's slowest function.
 
 Texts are made unique with trailing spaces before they are timed, so that the memo of
@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.adversarial_inputs import adversarial_texts, per_turn_functions
 from bench.core import Context, Result, Row
 from memory.extractive import extract_memory
 from schemas import StoredTurn
@@ -143,13 +144,9 @@ def consolidation_costs() -> tuple[dict[str, dict[str, Any]], list[float]]:
     return shapes, typical
 
 
-def per_turn_costs(quick: bool) -> dict[str, Any] | None:
+def per_turn_costs(quick: bool) -> dict[str, Any]:
     """The slowest per-turn function over the adversarial texts at the size limit, and the
-    median sample turn's slowest; None while ``memory.adversarial`` is not there."""
-    try:
-        from memory.adversarial import adversarial_texts, per_turn_functions
-    except ModuleNotFoundError:
-        return None
+    median sample turn's slowest."""
     functions = per_turn_functions()
     texts = adversarial_texts(MAX_TEXT_CHARS)
     if quick:
@@ -191,23 +188,20 @@ async def run(ctx: Context) -> Result:
         )
     ]
     per_turn = per_turn_costs(ctx.quick)
-    if per_turn is not None:
-        rows.append(
-            Row(
-                PER_TURN_ROW,
-                per_turn["slowest_ms"],
-                per_turn["median_turn_ms"],
-                "median sample turn, its slowest function",
-                higher_is_better=False,
-            )
+    rows.append(
+        Row(
+            PER_TURN_ROW,
+            per_turn["slowest_ms"],
+            per_turn["median_turn_ms"],
+            "median sample turn, its slowest function",
+            higher_is_better=False,
         )
+    )
     raw = {"consolidation": {"shapes": shapes, "typical_ms": typical}, "per_turn": per_turn}
     return Result(NAME, rows, render(shapes, median_typical, per_turn), raw)
 
 
-def render(
-    shapes: dict[str, dict[str, Any]], typical_ms: float, per_turn: dict[str, Any] | None
-) -> str:
+def render(shapes: dict[str, dict[str, Any]], typical_ms: float, per_turn: dict[str, Any]) -> str:
     lines = [
         TITLE,
         "",
@@ -220,20 +214,17 @@ def render(
     for name, s in shapes.items():
         lines.append(f"| {name} | {s['cpu_ms']:.0f} | {s['cut'] or '—'} | {s['work']:,} |")
     lines.append("")
-    if per_turn is None:
-        lines.append("Per-turn functions: `memory/adversarial.py` is not there yet.")
-    else:
-        lines += [
-            f"Per-turn functions at the size limit ({per_turn['functions']} functions over "
-            f"{per_turn['texts']:,} adversarial texts): slowest `{per_turn['slowest']}` "
-            f"{per_turn['slowest_ms']:.1f} ms; the median sample turn's slowest function "
-            f"{per_turn['median_turn_ms']:.3f} ms.",
-            "",
-            "| function | worst CPU ms |",
-            "| --- | ---: |",
-            *(
-                f"| {name} | {ms:.1f} |"
-                for name, ms in sorted(per_turn["worst_ms"].items(), key=lambda kv: -kv[1])
-            ),
-        ]
+    lines += [
+        f"Per-turn functions at the size limit ({per_turn['functions']} functions over "
+        f"{per_turn['texts']:,} adversarial texts): slowest `{per_turn['slowest']}` "
+        f"{per_turn['slowest_ms']:.1f} ms; the median sample turn's slowest function "
+        f"{per_turn['median_turn_ms']:.3f} ms.",
+        "",
+        "| function | worst CPU ms |",
+        "| --- | ---: |",
+        *(
+            f"| {name} | {ms:.1f} |"
+            for name, ms in sorted(per_turn["worst_ms"].items(), key=lambda kv: -kv[1])
+        ),
+    ]
     return "\n".join(lines) + "\n"

@@ -5,8 +5,8 @@ the square (or worse) of a long run of them ("welcome to" + 8,000 spaces took 48
 ``_AGENT_FRAME``). Every module-level pattern of memory/ is collected from the modules'
 globals (a new one is covered without editing this file) and run on inputs of the largest
 text a request may carry (``MAX_TEXT_CHARS``): runs of each character class, and the
-pattern's own literal phrases followed by runs (``memory.adversarial``), then hypothesis
-text. The per-turn functions (``memory.adversarial.per_turn_functions``) run on the same.
+pattern's own literal phrases followed by runs (``bench.adversarial_inputs``), then hypothesis
+text. The per-turn functions (``bench.adversarial_inputs.per_turn_functions``) run on the same.
 
 The bound: each call under ``CALL_BUDGET_S`` at 8,000 characters. Measured on the 2-core
 development machine (with other work on it), the worst call was ~55 ms (``is_salient`` and
@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory import adversarial
+from bench import adversarial_inputs as adversarial
 from schemas.common import MAX_TEXT_CHARS
 
 CALL_BUDGET_S = 0.300

@@ -1,7 +1,7 @@
 """Inputs built to make a backtracking regex slow, and the per-turn text functions they are
 aimed at: shared by the linear-time test (``tests/unit/memory/test_linear_time.py``) and
-the benchmark, which times the slowest function on them. Pure and deterministic: no
-timing here, only the texts and the functions.
+the benchmark (``bench.adversarial_cost``), which times the slowest function on them. Pure
+and deterministic: no timing here, only the texts and the functions.
 
 Python's ``re`` backtracks, so a pattern with two quantifiers that can read the same
 characters (``\\s+[\\w ]{1,40}?\\s+``, or ``\\d+`` tried at every start of a digit run) costs
