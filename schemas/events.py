@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from schemas.common import Identifier, Model, TenantId, Text, Timestamp, UserId
-from schemas.identity import user_key
+from schemas.identity import UserKeyed
 
 Role = Literal["user", "assistant", "system"]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
@@ -21,7 +21,7 @@ class EventMetadata(Model):
     channel: Annotated[str, StringConstraints(max_length=64)] | None = None
 
 
-class InteractionEvent(Model):
+class InteractionEvent(UserKeyed, Model):
     """One conversation turn, as a bot publishes it. Keyed ``user_key``."""
 
     event_id: Identifier
@@ -32,11 +32,6 @@ class InteractionEvent(Model):
     text: Text
     ts: Timestamp
     metadata: EventMetadata = EventMetadata()
-
-    @property
-    def user_key(self) -> str:
-        """The record's Kafka key (``schemas.identity.user_key``)."""
-        return user_key(self.tenant_id, self.user_id)
 
 
 class EncodedEvent(Model):
@@ -51,7 +46,7 @@ class EncodedEvent(Model):
         return self.event.user_key
 
 
-class Feedback(Model):
+class Feedback(UserKeyed, Model):
     """Memories and turns that a retrieval handed to an agent (strength boosts).
 
     ``feedback_id`` names the retrieval, so a redelivered message boosts once; when a
@@ -65,13 +60,8 @@ class Feedback(Model):
     turn_ids: list[str] = Field(default_factory=list, max_length=256)
     ts: Timestamp
 
-    @property
-    def user_key(self) -> str:
-        """The record's Kafka key (``schemas.identity.user_key``)."""
-        return user_key(self.tenant_id, self.user_id)
 
-
-class Control(Model):
+class Control(UserKeyed, Model):
     """Operator or API commands every stage obeys."""
 
     tenant_id: TenantId
@@ -79,8 +69,3 @@ class Control(Model):
     action: Literal["forget_user", "pin_memory"]
     memory_id: str | None = None
     ts: Timestamp
-
-    @property
-    def user_key(self) -> str:
-        """The record's Kafka key (``schemas.identity.user_key``)."""
-        return user_key(self.tenant_id, self.user_id)

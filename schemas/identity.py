@@ -14,6 +14,7 @@ ids are what they were. Only ids holding ':' (ambiguous before) move; see the RE
 from __future__ import annotations
 
 import unicodedata
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 SEPARATOR = ":"
@@ -36,6 +37,21 @@ def scoped(tenant_id: str, user_id: str, name: str) -> str:
 
     ``name`` comes last and unencoded: the user's part ends at the key's one ':'."""
     return f"{user_key(tenant_id, user_id)}{SEPARATOR}{name}"
+
+
+class UserKeyed:
+    """A record of one user (``tenant_id``, ``user_id``), keyed by ``user_key`` on its topic.
+
+    A plain mixin: the fields are the model's own (declared for type checkers only, so
+    pydantic's field order stays the model's)."""
+
+    if TYPE_CHECKING:
+        tenant_id: str
+        user_id: str
+
+    @property
+    def user_key(self) -> str:
+        return user_key(self.tenant_id, self.user_id)
 
 
 def parse_user_key(key: str) -> tuple[str, str]:
@@ -62,11 +78,12 @@ def key_problem(record_key: bytes | None, owner: str) -> str | None:
         text = record_key.decode("utf-8")
     except UnicodeDecodeError:
         return "record key is not UTF-8"
-    if text == owner or text == SEPARATOR.join(parse_user_key(owner)):
+    owner_pair = parse_user_key(owner)
+    if text == owner or text == SEPARATOR.join(owner_pair):
         return None
     try:
         tenant = parse_user_key(text)[0]
     except ValueError:
         return f"malformed record key {text[:80]!r} (expected {owner!r})"
-    which = "tenant" if tenant != parse_user_key(owner)[0] else "user"
+    which = "tenant" if tenant != owner_pair[0] else "user"
     return f"record key {text[:80]!r} names another {which} than the body ({owner!r})"

@@ -8,12 +8,12 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.common import Model, TenantId, UserId
-from schemas.identity import user_key
+from schemas.identity import UserKeyed
 
 TriggerReason = Literal["semantic", "cluster", "entity", "pin", "eager"]
 
 
-class RecurrenceTrigger(Model):
+class RecurrenceTrigger(UserKeyed, Model):
     """A key recurred enough to pay for consolidation. Keyed ``user_key``."""
 
     trigger_id: str
@@ -25,11 +25,6 @@ class RecurrenceTrigger(Model):
     turn_ids: list[str] = Field(min_length=1)
     importance: float = Field(0.5, ge=0.0, le=1.0)
     ts: datetime
-
-    @property
-    def user_key(self) -> str:
-        """The record's Kafka key (``schemas.identity.user_key``)."""
-        return user_key(self.tenant_id, self.user_id)
 
 
 class Fact(Model):
@@ -94,7 +89,7 @@ class ConsolidatedMemory(MemoryContent):
     feedback_ids: list[str] = Field(default_factory=list)
 
 
-class Reminder(Model):
+class Reminder(UserKeyed, Model):
     """An open action of a memory that fell due; emitted once to ``memstream.reminders``."""
 
     reminder_id: str  # deterministic: memory id + action, so a consumer can dedup too
@@ -106,11 +101,6 @@ class Reminder(Model):
     action: OpenAction
     due: datetime
     ts: datetime  # when it was emitted
-
-    @property
-    def user_key(self) -> str:
-        """The record's Kafka key (``schemas.identity.user_key``)."""
-        return user_key(self.tenant_id, self.user_id)
 
 
 class StoredTurn(Model):

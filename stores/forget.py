@@ -13,6 +13,15 @@ from stores.longterm import LongTermStore
 from stores.short_term import ShortTermState
 
 
+def forgotten(tombstone: float | None, stamped: float, arrived: float | None) -> bool:
+    """Whether an event is one its user's forget (at ``tombstone``) dropped: stamped at or
+    before it (in flight, or replayed), or posted at or before it whatever its stamp (a
+    producer's clock a day ahead must not outlive a forget). Epoch seconds."""
+    if tombstone is None:
+        return False
+    return stamped <= tombstone or (arrived is not None and arrived <= tombstone)
+
+
 @dataclass(frozen=True)
 class Forgotten:
     redis_keys_deleted: int

@@ -36,6 +36,7 @@ from memstream.metrics import Metrics
 from schemas import EncodedEvent, RecurrenceTrigger
 from stores.broker import Topics
 from stores.cpu import off_loop
+from stores.forget import forgotten
 from stores.redis_state import UserRead, UserSnapshot, UserUpdate, UserWrite, snapshot_after
 from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
@@ -264,13 +265,7 @@ def _skipped(snapshot: UserSnapshot, item: Received[EncodedEvent]) -> Skipped | 
     event = item.value.event
     if event.event_id in snapshot.processed:
         return "duplicate"
-    forgotten = snapshot.forgotten_at
-    if forgotten is not None and (
-        event.ts.timestamp() <= forgotten
-        or (item.arrived is not None and item.arrived <= forgotten)
-    ):
-        # Stamped before the forget (in flight, or replayed), or posted before it whatever
-        # its stamp (a clock a day ahead must not outlive a forget): it stays forgotten.
+    if forgotten(snapshot.forgotten_at, event.ts.timestamp(), item.arrived):
         return "forgotten"
     return None
 

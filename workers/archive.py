@@ -28,6 +28,7 @@ from memstream.metrics import Metrics
 from schemas import EncodedEvent
 from stores.broker import Topics
 from stores.cpu import off_loop
+from stores.forget import forgotten
 from stores.longterm import ArchivedTurn, LongTermStore
 from stores.short_term import ShortTermState
 from stores.stage import Received, Stage
@@ -87,11 +88,8 @@ class ArchiveWorker:
 def _forgotten(
     turn: ArchivedTurn, tombstones: dict[tuple[str, str], float], arrived: float | None = None
 ) -> bool:
-    """Stamped, or posted, at or before its user's forget (as memorize decides)."""
-    at = tombstones.get((turn.tenant_id, turn.user_id))
-    if at is None:
-        return False
-    return turn.turn.ts.timestamp() <= at or (arrived is not None and arrived <= at)
+    tombstone = tombstones.get((turn.tenant_id, turn.user_id))
+    return forgotten(tombstone, turn.turn.ts.timestamp(), arrived)
 
 
 def register_archive(
