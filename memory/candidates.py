@@ -31,6 +31,7 @@ from memory.ranking import (
     split_turn_text,
     strip_names,
 )
+from memory.reconcile import latest_line, newer_conversation, with_latest
 from memory.render import memory_text
 from memory.vectors import cosine_to_rows
 from schemas import ConsolidatedMemory, StoredTurn
@@ -65,6 +66,8 @@ class TurnRows(Protocol):
     def speaker_names(self) -> tuple[str, ...]: ...
     @property
     def by_entity(self) -> dict[str, list[int]]: ...  # normalised key -> rows
+    @property
+    def salient(self) -> npt.NDArray[np.bool_]: ...  # rows that may take budget
 
 
 def score_candidates(
@@ -103,7 +106,8 @@ def score_candidates(
         memories.setdefault(memory.memory_id, memory)
         dense_of[memory.memory_id] = score
     memory_list = list(memories.values())
-    rows = np.arange(len(turns.ids), dtype=np.intp)  # every turn, hot or archived
+    # Every turn, hot or archived, that says something: small talk never takes budget.
+    rows = np.flatnonzero(turns.salient).astype(np.intp)
     if short_term_candidates and len(rows) > short_term_candidates:
         rows = rows[np.argsort(-turns.ts[rows], kind="stable")[:short_term_candidates]]
     named = named_speakers(query, turns.speaker_names)
@@ -131,7 +135,17 @@ def score_candidates(
     if named:
         turn_dense += p.speaker_bonus * np.isin(turns.speaker_of[rows], list(named))
     turn_lexical = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))[rows]
-    memory_texts = [render(m) for m in memory_list]
+    memory_ts = [_event_time(m, turns) for m in memory_list]
+    # The newest conversation about a memory's keys since its newest source leads it.
+    newer = [
+        newer_conversation(_entity_keys(m), ts, turns)
+        for m, ts in zip(memory_list, memory_ts, strict=True)
+    ]
+    memory_texts = [
+        with_latest(render(m), [latest_line(turns.docs[r]) for r in latest_rows])
+        for m, latest_rows in zip(memory_list, newer, strict=True)
+    ]
+    memory_ts = [turns.docs[n[0]].ts if n else ts for n, ts in zip(newer, memory_ts, strict=True)]
     # A memory found only by key has no cosine here: the lowest found stands in (its
     # relevance is the key match's anyway).
     floor = min(dense_of.values(), default=0.0)
@@ -145,7 +159,6 @@ def score_candidates(
     )
     keyed_ids = {m.memory_id for m in keyed}
     latest = asks_for_latest(query)
-    memory_ts = [_event_time(m, turns) for m in memory_list]
     now = now or _newest_event(turns, memory_ts)
 
     def boost(ts: datetime) -> float:
@@ -193,9 +206,11 @@ def score_candidates(
             source_event_ids=_best_first(m.source_event_ids, rank_of),
             boost=boost(ts),
             strength_span=p.strength_span,
-            shows=_shown_events(m),
+            shows=_shown_events(m) + tuple(turns.ids[r] for r in latest_rows),
         )
-        for m, text, rel, ts in zip(memory_list, memory_texts, relevance, memory_ts, strict=False)
+        for m, text, rel, ts, latest_rows in zip(
+            memory_list, memory_texts, relevance, memory_ts, newer, strict=False
+        )
     ]
     turn_boost = (
         recency_factors(turns.ts[rows], now.timestamp(), p.recency_half_life_days)
@@ -312,6 +327,12 @@ def _best_first(ids: list[str], rank_of: Mapping[str, float]) -> tuple[str, ...]
     """``ids`` by ``rank_of`` (lower first); unknown ids after, in their own order."""
     order = sorted(range(len(ids)), key=lambda i: (rank_of.get(ids[i], np.inf), i))
     return tuple(ids[i] for i in order)
+
+
+def _entity_keys(m: ConsolidatedMemory) -> list[str]:
+    """The entity keys a memory is about (``order:C-73120``), as turns index them."""
+    own = m.key.removeprefix("entity:") if m.key.startswith("entity:") else None
+    return list(dict.fromkeys([*([own] if own else []), *(k for k in m.keys if ":" in k)]))
 
 
 def _shown_events(m: ConsolidatedMemory) -> tuple[str, ...]:

@@ -221,9 +221,25 @@ def is_salient(text: str, common_phrases: Collection[str] = ()) -> bool:
 
 @text_memo
 def _salient(text: str, common_phrases: frozenset[str]) -> bool:
+    words, cjk = _content(text, common_phrases)
+    return words >= _MIN_CONTENT_WORDS or cjk >= _MIN_CJK_CONTENT_CHARS
+
+
+def is_small_talk(text: str) -> bool:
+    """Whether a turn says nothing at all to a reader: no entity and not one content word
+    (nor two meaningful CJK characters) once greetings, thanks, acknowledgements and the
+    agent's conversational frame are taken out. Looser than ``is_salient``'s "not worth
+    consolidating": "hiking in the mountains" is too short to recur on, yet it is a fact."""
+    words, cjk = _content(text, frozenset())
+    return words == 0 and cjk < 2
+
+
+@text_memo
+def _content(text: str, common_phrases: frozenset[str]) -> tuple[int, int]:
+    """(content words, meaningful CJK characters) of a turn; an entity counts as plenty."""
     normalised = _normalise(text)
     if extract_entities(normalised):
-        return True
+        return _MIN_CONTENT_WORDS, _MIN_CJK_CONTENT_CHARS
     if common_phrases:
         normalised = " ".join(
             sentence
@@ -232,9 +248,7 @@ def _salient(text: str, common_phrases: frozenset[str]) -> bool:
         )
     normalised = _AGENT_FRAME.sub(" ", normalised)
     words = [t for t in tokenize(normalised) if t not in _FILLER_WORDS and not _CJK_RE.match(t)]
-    if len(words) >= _MIN_CONTENT_WORDS:
-        return True
-    return _cjk_content_chars(normalised) >= _MIN_CJK_CONTENT_CHARS
+    return len(words), _cjk_content_chars(normalised)
 
 
 # Phrase fingerprints: a sentence's fingerprint is its tokens (stopwords dropped, every

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory.text import extract_entities, is_remember_request
+from memory.text import extract_entities, is_remember_request, is_small_talk
 from schemas import InteractionEvent, StoredTurn
 
 
@@ -31,3 +31,9 @@ def stored_turn(
         importance=event.metadata.importance,
         pinned=event.metadata.pin or is_remember_request(event.text),
     )
+
+
+def says_something(turn: StoredTurn) -> bool:
+    """Whether a turn may take a reader's budget: greetings, thanks, sign-offs and
+    acknowledgements (``memory.text.is_small_talk``) never do, unless the turn was pinned."""
+    return turn.pinned or not is_small_talk(turn.text)

@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import turn_text
+from memory.turns import says_something
 from schemas import StoredTurn
 from stores.longterm import LongTermStore
 from stores.redis_state import TurnWithVector
@@ -63,6 +64,8 @@ class UserTurns:
     speaker_of: npt.NDArray[np.object_] = field(default_factory=lambda: np.array([], object))
     speaker_names: tuple[str, ...] = ()  # distinct speakers
     by_entity: dict[str, list[int]] = field(default_factory=dict)  # normalised key -> rows
+    # Rows that say something (``says_something``): small talk never takes a reader's budget.
+    salient: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
     expected: int = 0  # turns ever written for the user (Redis ``tall``)
     archive_seen: int = -1  # the archive's count when last read (-1: never read)
     nbytes: int = 0  # estimated memory held
@@ -104,6 +107,7 @@ class UserTurns:
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
+            salient=np.array([says_something(t) for t in docs], dtype=bool),
             expected=expected,
             archive_seen=archive_seen,
             nbytes=int(vectors.nbytes)
@@ -147,6 +151,9 @@ class UserTurns:
             speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
             speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
             by_entity=by_entity,
+            salient=np.concatenate(
+                [self.salient, np.array([says_something(t) for t in docs], bool)]
+            ),
             expected=expected,
             archive_seen=archive_seen,
             nbytes=self.nbytes

@@ -154,7 +154,7 @@ def test_session_neighbours_of_the_best_hits_are_lifted() -> None:
 
 def test_the_named_speaker_is_left_to_the_speaker_bonus_not_bm25() -> None:
     rows = [
-        ("short", "1", "ok", 0, unit(1.0, 1.0)),
+        ("short", "1", "it rained", 0, unit(1.0, 1.0)),
         ("hike", "1", "we went hiking in the hills near the lake", 0.01, unit(1.0, 1.0)),
         ("other", "2", "nothing related to it", 1, unit(0.0, 1.0)),
     ]

@@ -12,6 +12,7 @@ import numpy.typing as npt
 from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import Candidate, RankingParams, turn_text
+from memory.turns import says_something
 from schemas import ConsolidatedMemory, Fact, StoredTurn
 
 DIM = 4
@@ -61,6 +62,10 @@ class Rows:
     @property
     def speaker_names(self) -> tuple[str, ...]:
         return tuple(sorted({t.speaker or t.role for t in self.docs}))
+
+    @property
+    def salient(self) -> npt.NDArray[np.bool_]:
+        return np.array([says_something(t) for t in self.docs], dtype=bool)
 
     @property
     def by_entity(self) -> dict[str, list[int]]:
@@ -187,3 +192,36 @@ def test_short_term_candidates_keeps_the_newest_turns() -> None:
 def test_a_user_with_nothing_has_no_candidates() -> None:
     empty = Rows([], np.zeros((0, DIM), dtype=np.float32))
     assert score("hello", unit(1), turns=empty) == []
+
+
+def test_small_talk_is_never_a_candidate() -> None:
+    chatty = rows(
+        ("e1", "my blender arrived cracked", 0, unit(1, 0), []),
+        ("e2", "Thanks so much, bye!", 1, unit(1, 0.1), []),
+    )
+    assert set(by_id(score("thanks blender", unit(1, 0), turns=chatty))) == {"e1"}
+
+
+def test_a_memory_behind_the_stream_leads_with_the_newest_conversation_about_its_key() -> None:
+    behind = memory("entity:order:a-10293", ["e2"], updated=T0 + timedelta(days=10))
+    behind = behind.model_copy(update={"keys": ["order:a-10293"]})
+    later = rows(
+        *(
+            ("e1", "my blender arrived cracked", 0, unit(1, 0), []),
+            ("e2", "order A-10293 has not shipped", 10, unit(0, 1), ["order:a-10293"]),
+            ("e4", "order A-10293 was delivered today", 40, unit(0, 1), ["order:a-10293"]),
+        )
+    )
+    found = by_id(score("order A-10293", unit(0, 1), turns=later, keyed=[behind]))
+    shown = found[behind.memory_id]
+    lines = shown.text.splitlines()
+    assert lines[1] == "Latest (2023-06-17): user: order A-10293 was delivered today"
+    assert shown.ts == T0 + timedelta(days=40)
+    assert "e4" in shown.shows
+    upto = rows(
+        ("e1", "my blender arrived cracked", 0, unit(1, 0), []),
+        ("e2", "order A-10293 has not shipped", 10, unit(0, 1), ["order:a-10293"]),
+    )
+    current = by_id(score("order A-10293", unit(0, 1), turns=upto, keyed=[behind]))
+    current = current[behind.memory_id]
+    assert "Latest" not in current.text  # nothing newer than its sources: shown as stored

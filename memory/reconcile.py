@@ -1,0 +1,76 @@
+"""Read-time reconciliation: a memory shown to a bot is never older than the stream.
+
+A memory changes when recurrence fires and a consolidator folds its turns in; the stream
+moves on in between ("the refund was issued", "the parcel is stuck at a hub"). So when the
+RPC shows a memory, the newest conversation about the memory's keys that came after it --
+the salient turns of the newest session that named one of its keys (an order number, an
+email), newer than the memory's newest source -- is shown as the memory's first lines,
+above any state the memory holds. A session is one conversation: once it named the order,
+"my parcel" and "the leg arrived" in it are about that order too, whatever the wording.
+Pure: the caller passes the user's turns as the RPC's turn index holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from schemas import StoredTurn
+
+MAX_LATEST = 6  # lines from the newest conversation: one session rarely says more
+NEWEST_ROWS = 512  # how far back from the newest turn a conversation is looked for
+
+
+class KeyedTurns(Protocol):
+    """The parts of the RPC's turn index read here (rows in time order)."""
+
+    @property
+    def docs(self) -> list[StoredTurn]: ...
+    @property
+    def ts(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def salient(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def by_entity(self) -> dict[str, list[int]]: ...
+
+
+def newer_conversation(keys: Sequence[str], since: datetime, turns: KeyedTurns) -> list[int]:
+    """Rows, newest first, of the newest session about ``keys`` said after ``since``: its
+    salient turns stamped after ``since``, at most ``MAX_LATEST``. Empty when the memory is
+    as new as the stream (or none of its keys was ever named in a turn)."""
+    named = [r for k in keys for r in turns.by_entity.get(k, ())]
+    if not named:
+        return []
+    size = len(turns.docs)
+    start = max(int(np.searchsorted(turns.ts, since.timestamp(), side="right")), size - NEWEST_ROWS)
+    sessions = {turns.docs[r].session_id for r in named}
+    newest: str | None = None
+    out: list[int] = []
+    for r in range(size - 1, start - 1, -1):
+        session = turns.docs[r].session_id
+        if newest is None and session in sessions and turns.salient[r]:
+            newest = session
+        if newest is not None and session == newest and turns.salient[r]:
+            out.append(r)
+            if len(out) == MAX_LATEST:
+                break
+    return out
+
+
+def with_latest(text: str, lines: Sequence[str]) -> str:
+    """A rendered memory with ``lines`` right under its title line."""
+    if not lines:
+        return text
+    title, _, rest = text.partition("\n")
+    return "\n".join([title, *lines, *([rest] if rest else [])])
+
+
+def latest_line(turn: StoredTurn) -> str:
+    """``Latest (2026-03-29): assistant: the refund was issued``: the day is the event's."""
+    return (
+        f"Latest ({turn.ts:%Y-%m-%d}): {turn.speaker or turn.role}: {' '.join(turn.text.split())}"
+    )

@@ -1,0 +1,111 @@
+"""``memory.reconcile``: a memory is shown with the newest conversation about its keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from memory.reconcile import MAX_LATEST, latest_line, newer_conversation, with_latest
+from memory.text import extract_entities, is_small_talk
+from memory.turns import says_something
+from schemas import StoredTurn
+
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Turns:
+    docs: list[StoredTurn]
+
+    @property
+    def ts(self) -> npt.NDArray[np.float64]:
+        return np.array([t.ts.timestamp() for t in self.docs])
+
+    @property
+    def salient(self) -> npt.NDArray[np.bool_]:
+        return np.array([says_something(t) for t in self.docs], dtype=bool)
+
+    @property
+    def by_entity(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, t in enumerate(self.docs):
+            for key in t.entities:
+                out.setdefault(key, []).append(i)
+        return out
+
+
+def turns(*specs: tuple[float, str, str]) -> Turns:
+    """(days after T0, session, text) per turn, in time order."""
+    return Turns(
+        [
+            StoredTurn(
+                event_id=f"e{i}",
+                session_id=session,
+                role="user",
+                text=text,
+                ts=T0 + timedelta(days=days),
+                entities=extract_entities(text),
+            )
+            for i, (days, session, text) in enumerate(specs)
+        ]
+    )
+
+
+STREAM = turns(
+    (0, "s1", "My order C-73120 arrived with a cracked leg."),
+    (0.01, "s1", "Thanks!"),
+    (5, "s2", "Any news on order C-73120?"),
+    (5.01, "s2", "The replacement leg was delivered this morning."),
+    (5.02, "s2", "Thanks, bye!"),
+    (6, "s3", "Also, can I change my password?"),
+)
+
+
+def test_the_newest_session_naming_a_key_leads_the_memory_newest_first() -> None:
+    rows = newer_conversation(["order:C-73120"], T0 + timedelta(days=1), STREAM)
+    # s2 named the order; its unnamed "the replacement leg..." is about it too. Small talk
+    # and the later session about something else are not.
+    assert rows == [3, 2]
+
+
+def test_a_memory_as_new_as_the_stream_gets_nothing() -> None:
+    assert newer_conversation(["order:C-73120"], T0 + timedelta(days=5.5), STREAM) == []
+    assert newer_conversation(["order:X-1"], T0, STREAM) == []
+    assert newer_conversation([], T0, STREAM) == []
+
+
+def test_at_most_max_latest_lines() -> None:
+    long = turns(*[(i * 0.001, "s1", f"Order C-73120 update number {i} noted") for i in range(20)])
+    rows = newer_conversation(["order:C-73120"], T0 - timedelta(days=1), long)
+    assert rows == list(range(19, 19 - MAX_LATEST, -1))
+
+
+def test_latest_lines_go_right_under_the_title() -> None:
+    text = "Desk order (updated 2026-03-02 10:00)\nStatus (2026-03-02): faulty"
+    line = latest_line(STREAM.docs[3])
+    assert line == "Latest (2026-03-07): user: The replacement leg was delivered this morning."
+    assert with_latest(text, [line]).splitlines() == [
+        "Desk order (updated 2026-03-02 10:00)",
+        line,
+        "Status (2026-03-02): faulty",
+    ]
+    assert with_latest(text, []) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Hello!", "Thanks, bye!", "Have a lovely day!", "You too, goodbye.", "ok", "谢谢", ";)"],
+)
+def test_greetings_thanks_and_sign_offs_are_small_talk(text: str) -> None:
+    assert is_small_talk(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["hiking in the mountains", "Paris.", "order 55123", "it broke", "我对乳胶过敏"]
+)
+def test_one_content_word_or_an_entity_is_not_small_talk(text: str) -> None:
+    assert not is_small_talk(text)
