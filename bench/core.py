@@ -43,6 +43,13 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "peak RSS MiB (100k memories)",
     "worst per-turn CPU ms at the size limit",
     "consolidation CPU ms, 40 turns x 8,000 chars",
+    "CS current value first",
+    "CS order status current first",
+    "CS stale value first",
+    "CS promises owed shown open",
+    "CS promises kept shown open",
+    "CS one-off fact recall",
+    "CS small-talk share of context lines",
 )
 
 

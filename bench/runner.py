@@ -54,6 +54,8 @@ BENCHMARKS: tuple[str, ...] = (
     "consolidators",
     # The largest inputs a client may send (40 x 8,000-char turns), beside typical ones.
     "adversarial_cost",
+    # Generated support chats through the RPC: current values first, promises, small talk.
+    "customer_service",
 )
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = Path(os.environ.get("MEMSTREAM_SHARED_BENCH", REPO.parent / "shared" / "bench"))

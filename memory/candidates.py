@@ -31,7 +31,13 @@ from memory.ranking import (
     split_turn_text,
     strip_names,
 )
-from memory.reconcile import latest_line, newer_conversation, with_latest
+from memory.reconcile import (
+    MAX_LATEST,
+    latest_line,
+    newer_conversation,
+    newer_like_sources,
+    with_latest,
+)
 from memory.render import memory_text
 from memory.vectors import cosine_to_rows
 from schemas import ConsolidatedMemory, StoredTurn
@@ -137,10 +143,7 @@ def score_candidates(
     turn_lexical = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))[rows]
     memory_ts = [_event_time(m, turns) for m in memory_list]
     # The newest conversation about a memory's keys since its newest source leads it.
-    newer = [
-        newer_conversation(_entity_keys(m), ts, turns)
-        for m, ts in zip(memory_list, memory_ts, strict=True)
-    ]
+    newer = [_newer_statements(m, ts, turns) for m, ts in zip(memory_list, memory_ts, strict=True)]
     memory_texts = [
         with_latest(render(m), [latest_line(turns.docs[r]) for r in latest_rows])
         for m, latest_rows in zip(memory_list, newer, strict=True)
@@ -327,6 +330,15 @@ def _best_first(ids: list[str], rank_of: Mapping[str, float]) -> tuple[str, ...]
     """``ids`` by ``rank_of`` (lower first); unknown ids after, in their own order."""
     order = sorted(range(len(ids)), key=lambda i: (rank_of.get(ids[i], np.inf), i))
     return tuple(ids[i] for i in order)
+
+
+def _newer_statements(m: ConsolidatedMemory, since: datetime, turns: TurnRows) -> list[int]:
+    """Rows newer than the memory that lead it, newest first: the newest conversation about
+    its keys, and turns like its sources (``memory.reconcile``)."""
+    keyed = newer_conversation(_entity_keys(m), since, turns)
+    sources = [turns.positions[e] for e in m.source_event_ids if e in turns.positions]
+    like = newer_like_sources(sources, since, turns, turns.vectors)
+    return sorted({*keyed, *like}, key=lambda r: (-turns.ts[r], -r))[:MAX_LATEST]
 
 
 def _entity_keys(m: ConsolidatedMemory) -> list[str]:

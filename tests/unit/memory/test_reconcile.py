@@ -9,7 +9,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memory.reconcile import MAX_LATEST, latest_line, newer_conversation, with_latest
+from memory.reconcile import (
+    MAX_LATEST,
+    latest_line,
+    newer_conversation,
+    newer_like_sources,
+    with_latest,
+)
 from memory.text import extract_entities, is_small_talk
 from memory.turns import says_something
 from schemas import StoredTurn
@@ -109,3 +115,25 @@ def test_greetings_thanks_and_sign_offs_are_small_talk(text: str) -> None:
 )
 def test_one_content_word_or_an_entity_is_not_small_talk(text: str) -> None:
     assert not is_small_talk(text)
+
+
+def test_a_newer_turn_close_in_meaning_to_a_source_leads_whatever_its_words() -> None:
+    stream = turns(
+        (0, "s1", "Ship it to 27 Birch Lane please."),
+        (3, "s2", "Can I also get the blue model?"),
+        (9, "s3", "We moved: the new address is 8 Quarry Road."),
+        (10, "s4", "Thanks!"),
+    )
+    vectors = np.array(
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.8, 0.0, 0.6], [0.9, 0.1, 0.0]], dtype=np.float32
+    )
+    since = T0 + timedelta(days=1)
+    # cosines to the source: 0.0 (another subject), 0.8 (the same thing, newer), small talk
+    assert newer_like_sources_rows(stream, vectors, since) == [2]
+    assert newer_like_sources_rows(stream, vectors, T0 + timedelta(days=9.5)) == []
+
+
+def newer_like_sources_rows(
+    stream: Turns, vectors: npt.NDArray[np.float32], since: datetime
+) -> list[int]:
+    return newer_like_sources([0], since, stream, vectors, min_cosine=0.6)
