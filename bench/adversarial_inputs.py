@@ -36,6 +36,7 @@ MEMORY_MODULES: tuple[str, ...] = (
     "memory.due",
     "memory.extractive",
     "memory.phrases",
+    "memory.promises",
     "memory.ranking",
     "memory.text",
 )
@@ -157,11 +158,13 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
     from memory.due import parse_due
     from memory.lexical import tokens_of
     from memory.phrases import action_family, find_state, is_commitment, norm
+    from memory.promises import promise_sentence, reports_done
     from memory.ranking import _named_speakers, asks_for_latest, strip_names
     from memory.text import (
         extract_entities,
         is_remember_request,
         is_salient,
+        is_small_talk,
         phrase_keys,
         tokenize,
     )
@@ -179,6 +182,9 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
         "find_state": find_state,
         "is_commitment(user)": lambda text: is_commitment(text, "user"),
         "is_commitment(assistant)": lambda text: is_commitment(text, "assistant"),
+        "promise_sentence": lambda text: promise_sentence(text, "assistant"),
+        "reports_done": reports_done,
+        "is_small_talk": is_small_talk,
         "action_family": action_family,
         "norm": norm,
         "asks_for_latest": asks_for_latest,

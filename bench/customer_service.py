@@ -368,6 +368,10 @@ async def run(ctx: Context) -> Result:
         "outcomes": outcomes,
     }
     (ctx.out_dir / "customer_service.json").write_text(json.dumps(raw, indent=1))
+    # Every context as read, for reading the failures (not in results.json: megabytes).
+    (ctx.out_dir / "customer_service_contexts.json").write_text(
+        json.dumps({"|".join(k): v for k, v in {**contexts}.items()}, indent=0)
+    )
     return Result(NAME, headline_rows(runs), render(raw, examples), raw)
 
 

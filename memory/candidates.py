@@ -17,8 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from memory.clustering import Cluster
+from memory.due import parse_due
 from memory.hierarchy import expand_in_clusters, hierarchical_search
 from memory.lexical import LexicalIndex, term_counts, tokens_of
+from memory.promises import closed_line, fulfilment, open_line
 from memory.ranking import (
     Candidate,
     RankingParams,
@@ -34,6 +36,7 @@ from memory.ranking import (
 from memory.reconcile import (
     MAX_LATEST,
     latest_line,
+    newer_and_alike,
     newer_conversation,
     newer_like_sources,
     with_latest,
@@ -47,6 +50,7 @@ KEY_MATCH_RELEVANCE = 1.0  # an exact order number / email in the query is as go
 # members, plus BM25's best and key matches); expand: flat, then the cluster-mates of the
 # best hits lifted (``memory.hierarchy.expand_in_clusters``).
 ShortTermMode = Literal["flat", "hierarchical", "expand"]
+PROMISE_HORIZON = 512  # later turns read for the one that keeps a promise
 
 
 class TurnRows(Protocol):
@@ -74,6 +78,10 @@ class TurnRows(Protocol):
     def by_entity(self) -> dict[str, list[int]]: ...  # normalised key -> rows
     @property
     def salient(self) -> npt.NDArray[np.bool_]: ...  # rows that may take budget
+    @property
+    def promise(self) -> npt.NDArray[np.bool_]: ...  # rows promising the customer something
+    @property
+    def done(self) -> npt.NDArray[np.bool_]: ...  # rows saying something happened
 
 
 def score_candidates(
@@ -145,7 +153,9 @@ def score_candidates(
     # The newest conversation about a memory's keys since its newest source leads it.
     newer = [_newer_statements(m, ts, turns) for m, ts in zip(memory_list, memory_ts, strict=True)]
     memory_texts = [
-        with_latest(render(m), [latest_line(turns.docs[r]) for r in latest_rows])
+        with_latest(
+            _closing_kept(m, render(m), turns), [latest_line(turns.docs[r]) for r in latest_rows]
+        )
         for m, latest_rows in zip(memory_list, newer, strict=True)
     ]
     memory_ts = [turns.docs[n[0]].ts if n else ts for n, ts in zip(newer, memory_ts, strict=True)]
@@ -228,10 +238,20 @@ def score_candidates(
     coverable[[turns.positions[e] for e in sources]] = True
     uncovered = np.cumsum(~coverable[rows[order]])
     order = order[: int(np.searchsorted(uncovered, top_k)) + 1]
+    # Below the floor a turn takes no budget, unless it promises the customer something or
+    # supersedes a turn above it.
+    passes = (turn_relevance[order] >= p.min_relevance) | turns.promise[rows[order]]
+    passes[~passes] = newer_and_alike(
+        rows[order[~passes]], rows[order[passes]], turns, turns.vectors
+    )
+    order = order[passes]
     for i in order:
         turn = turns.docs[int(rows[i])]
         text = turns.texts[int(rows[i])]
         heading, body = split_turn_text(text)
+        if turns.promise[int(rows[i])]:
+            body = _promise_body(int(rows[i]), turns)
+            text = f"{heading} {body}"
         out.append(
             Candidate(
                 kind="turn",
@@ -339,6 +359,66 @@ def _newer_statements(m: ConsolidatedMemory, since: datetime, turns: TurnRows) -
     sources = [turns.positions[e] for e in m.source_event_ids if e in turns.positions]
     like = newer_like_sources(sources, since, turns, turns.vectors)
     return sorted({*keyed, *like}, key=lambda r: (-turns.ts[r], -r))[:MAX_LATEST]
+
+
+def _promise_body(row: int, turns: TurnRows) -> str:
+    """A promise's line: ``- Open: …`` until a later turn says it happened, then
+    ``- Closed (day): …``."""
+    turn = turns.docs[row]
+    kept = _kept_by(row, turns)
+    if kept is None:
+        return open_line(turn.text, turn.role, parse_due(turn.text, turn.ts))
+    return closed_line(turn.text, turn.role, turns.docs[kept].ts)
+
+
+def _kept_by(row: int, turns: TurnRows) -> int | None:
+    """The row of the first later turn (of the next ``PROMISE_HORIZON``) that keeps the
+    promise at ``row`` (``memory.promises.fulfilment``), or None."""
+    later = range(row + 1, min(row + 1 + PROMISE_HORIZON, len(turns.docs)))
+    return fulfilment(row, later, turns.vectors, turns.done, _Texts(turns.docs))
+
+
+def _closing_kept(m: ConsolidatedMemory, text: str, turns: TurnRows) -> str:
+    """A rendered memory with each open action a later turn kept shown as closed: the
+    memory was consolidated before the turn that kept it."""
+    kept: dict[str, datetime] = {}
+    for action in m.open_actions:
+        row = turns.positions.get(action.event_id or "")
+        by = _kept_by(row, turns) if row is not None else None
+        if by is not None:
+            kept[f"- Open: {' '.join(action.text.split())}"] = turns.docs[by].ts
+    if not kept:
+        return text
+    return "\n".join(
+        next(
+            (
+                f"- Closed ({ts:%Y-%m-%d}):{line[len('- Open:') :]}"
+                for o, ts in kept.items()
+                if line.startswith(o)
+            ),
+            line,
+        )
+        for line in text.split("\n")
+    )
+
+
+class _Texts(Sequence[str]):
+    """Row -> the turn's own words (not its rendered line), without a list of every turn."""
+
+    def __init__(self, docs: Sequence[StoredTurn]) -> None:
+        self.docs = docs
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [t.text for t in self.docs[i]]
+        return self.docs[i].text
 
 
 def _entity_keys(m: ConsolidatedMemory) -> list[str]:

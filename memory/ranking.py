@@ -75,6 +75,8 @@ class RankingParams:
     # the place of another session's hit (measured in the module doc).
     neighbour_seed_min: float = 0.95
     neighbour_own_quantile: float = 0.5
+    # A turn below this relevance never takes budget: nothing relevant left, a shorter context.
+    min_relevance: float = 0.5
     # Cluster expansion (rpc.short_term_mode=expand, memory.hierarchy.expand_in_clusters).
     expand_seeds: int = 3
     expand_per_seed: int = 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memory.promises import promise_sentence, reports_done
 from memory.text import extract_entities, is_remember_request, is_small_talk
 from schemas import InteractionEvent, StoredTurn
 
@@ -37,3 +38,13 @@ def says_something(turn: StoredTurn) -> bool:
     """Whether a turn may take a reader's budget: greetings, thanks, sign-offs and
     acknowledgements (``memory.text.is_small_talk``) never do, unless the turn was pinned."""
     return turn.pinned or not is_small_talk(turn.text)
+
+
+def promises(turn: StoredTurn) -> bool:
+    """Whether the turn commits the agent to something for the customer (``memory.promises``)."""
+    return promise_sentence(turn.text, turn.role) is not None
+
+
+def reports_something_done(turn: StoredTurn) -> bool:
+    """Whether the turn says something promised happened (``memory.promises.reports_done``)."""
+    return reports_done(turn.text)

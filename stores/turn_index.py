@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import turn_text
-from memory.turns import says_something
+from memory.turns import promises, reports_something_done, says_something
 from schemas import StoredTurn
 from stores.longterm import LongTermStore
 from stores.redis_state import TurnWithVector
@@ -66,6 +66,10 @@ class UserTurns:
     by_entity: dict[str, list[int]] = field(default_factory=dict)  # normalised key -> rows
     # Rows that say something (``says_something``): small talk never takes a reader's budget.
     salient: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
+    # Rows that promise the customer something, and rows that say something was done: read
+    # at query time to show a promise open until a later turn keeps it (memory.promises).
+    promise: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
+    done: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
     expected: int = 0  # turns ever written for the user (Redis ``tall``)
     archive_seen: int = -1  # the archive's count when last read (-1: never read)
     nbytes: int = 0  # estimated memory held
@@ -107,7 +111,9 @@ class UserTurns:
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
-            salient=np.array([says_something(t) for t in docs], dtype=bool),
+            salient=_marks(says_something, docs),
+            promise=_marks(promises, docs),
+            done=_marks(reports_something_done, docs),
             expected=expected,
             archive_seen=archive_seen,
             nbytes=int(vectors.nbytes)
@@ -151,9 +157,9 @@ class UserTurns:
             speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
             speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
             by_entity=by_entity,
-            salient=np.concatenate(
-                [self.salient, np.array([says_something(t) for t in docs], bool)]
-            ),
+            salient=np.concatenate([self.salient, _marks(says_something, docs)]),
+            promise=np.concatenate([self.promise, _marks(promises, docs)]),
+            done=np.concatenate([self.done, _marks(reports_something_done, docs)]),
             expected=expected,
             archive_seen=archive_seen,
             nbytes=self.nbytes
@@ -175,6 +181,10 @@ class UserTurns:
 
 
 _FIRST = (float("-inf"), "")
+
+
+def _marks(mark: Callable[[StoredTurn], bool], docs: Sequence[StoredTurn]) -> npt.NDArray[np.bool_]:
+    return np.array([mark(t) for t in docs], dtype=bool)
 
 
 def _order(row: TurnWithVector) -> tuple[float, str]:

@@ -57,7 +57,7 @@ STORY: list[tuple[int, str, str]] = [
 ]
 
 
-def story(user: str) -> list[EventIn]:
+def story(user: str, until_day: int = 27) -> list[EventIn]:
     return [
         EventIn(
             user_id=user,
@@ -68,6 +68,7 @@ def story(user: str) -> list[EventIn]:
             ts=START + timedelta(days=days, minutes=2 * i),
         )
         for i, (days, role, text) in enumerate(STORY)
+        if days <= until_day
     ]
 
 
@@ -106,3 +107,19 @@ def test_the_desk_story_reads_back_resolved_nothing_open_new_address_first(
     assert position(address, NEW_ADDRESS) < position(address, OLD_ADDRESS), address
     for small_talk in ("Hello!", "Thanks, bye!", "Have a lovely day!", "You too, goodbye."):
         assert small_talk not in status + owed + address
+
+
+def test_the_refund_promise_shows_open_until_the_refund_is_issued(
+    running: MemstreamProcess,
+) -> None:
+    user = f"owed-{uuid.uuid4().hex[:6]}"
+    with MemoryClient(running.url, DEMO_API_KEY, timeout_s=10) as client:
+        client.add_many(story(user, until_day=20))
+
+        def owed() -> str | None:
+            found = client.retrieve(user, "is the refund still owed?", budget_tokens=512, top_k=20)
+            return found.context if "pending with the bank" in found.context else None
+
+        context = wait_for(owed, 120, "the day-20 session retrievable")
+    opened = [line for line in context.splitlines() if line.strip().startswith("- Open:")]
+    assert any("refund 40.00" in line for line in opened), context

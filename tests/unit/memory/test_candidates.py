@@ -3,7 +3,7 @@ was gathered and ``now`` -- no store, no clock, no RPC types."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -12,12 +12,13 @@ import numpy.typing as npt
 from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import Candidate, RankingParams, turn_text
-from memory.turns import says_something
-from schemas import ConsolidatedMemory, Fact, StoredTurn
+from memory.turns import promises, reports_something_done, says_something
+from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
-PARAMS = RankingParams(neighbour_seeds=0)  # session neighbours off: one effect at a time
+# Session neighbours and the relevance floor off: one effect at a time.
+PARAMS = RankingParams(neighbour_seeds=0, min_relevance=0.0)
 
 
 def unit(*values: float) -> np.ndarray:
@@ -68,6 +69,14 @@ class Rows:
         return np.array([says_something(t) for t in self.docs], dtype=bool)
 
     @property
+    def promise(self) -> npt.NDArray[np.bool_]:
+        return np.array([promises(t) for t in self.docs], dtype=bool)
+
+    @property
+    def done(self) -> npt.NDArray[np.bool_]:
+        return np.array([reports_something_done(t) for t in self.docs], dtype=bool)
+
+    @property
     def by_entity(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         for i, t in enumerate(self.docs):
@@ -76,18 +85,18 @@ class Rows:
         return out
 
 
-def rows(*specs: tuple[str, str, float, np.ndarray, list[str]]) -> Rows:
-    """(event id, text, days after T0, vector, entities) per turn."""
+def rows(*specs: tuple[str, str, float, np.ndarray, list[str]], role: str = "user") -> Rows:
+    """(event id, text, days after T0, vector, entities) per turn; ``role`` of the first."""
     docs = [
         StoredTurn(
             event_id=e,
             session_id="s1",
-            role="user",
+            role=role if i == 0 else "user",
             text=text,
             ts=T0 + timedelta(days=days),
             entities=entities,
         )
-        for e, text, days, _, entities in specs
+        for i, (e, text, days, _, entities) in enumerate(specs)
     ]
     return Rows(docs, np.stack([v for *_, v, _ in specs]).astype(np.float32))
 
@@ -225,3 +234,47 @@ def test_a_memory_behind_the_stream_leads_with_the_newest_conversation_about_its
     current = by_id(score("order A-10293", unit(0, 1), turns=upto, keyed=[behind]))
     current = current[behind.memory_id]
     assert "Latest" not in current.text  # nothing newer than its sources: shown as stored
+
+
+def test_below_the_floor_a_turn_takes_no_budget_unless_it_supersedes_one_above() -> None:
+    moved = rows(
+        ("e1", "please ship it to 27 Birch Lane", 0, unit(1, 0), []),
+        ("e2", "hiking in the mountains", 5, unit(0, 0, 1), []),
+        ("e3", "we moved, new home is 8 Quarry Road", 9, unit(1, 0.4), []),
+    )
+    relevance = {c.id: c.relevance for c in score("ship to Birch Lane", unit(1, 0), turns=moved)}
+    assert relevance["e1"] > relevance["e3"] > relevance["e2"]
+    floor = replace(PARAMS, min_relevance=(relevance["e1"] + relevance["e3"]) / 2)
+    found = score("ship to Birch Lane", unit(1, 0), turns=moved, params=floor)
+    # e3 is under the floor but newer than e1 and like it (cosine 0.93): it supersedes e1.
+    assert set(by_id(found)) == {"e1", "e3"}
+
+
+def test_a_promise_shows_open_until_a_later_turn_keeps_it() -> None:
+    promise = ("e1", "I'll arrange a collection of the kettle by Friday.", 0, unit(1, 0), [])
+    owed = rows(promise, role="assistant")
+    body = by_id(score("kettle collection", unit(1, 0), turns=owed))["e1"].body
+    assert body.startswith("- Open: I'll arrange a collection of the kettle by Friday.")
+    assert "(assistant, due 2023-05-12)" in body  # Friday after Monday 8 May, event time
+    kept = rows(
+        promise,
+        ("e2", "The courier picked the kettle up this morning.", 4, unit(0.8, 0.6), []),
+        role="assistant",
+    )
+    body = by_id(score("kettle collection", unit(1, 0), turns=kept))["e1"].body
+    assert body.startswith("- Closed (2023-05-12): I'll arrange a collection")
+
+
+def test_a_memory_shows_an_open_action_a_later_turn_kept_as_closed() -> None:
+    promise = ("e1", "I'll arrange a collection of the kettle by Friday.", 0, unit(1, 0), [])
+    kept = ("e2", "The courier picked the kettle up this morning.", 4, unit(0.8, 0.6), [])
+    action = OpenAction(text="I'll arrange a collection of the kettle by Friday.", event_id="e1")
+    stored = memory("topic:kettle", ["e1"]).model_copy(update={"open_actions": [action]})
+    before = by_id(
+        score("kettle", unit(1, 0), turns=rows(promise, role="assistant"), keyed=[stored])
+    )
+    assert "- Open: I'll arrange a collection" in before[stored.memory_id].text
+    after = rows(promise, kept, role="assistant")
+    text = by_id(score("kettle", unit(1, 0), turns=after, keyed=[stored]))[stored.memory_id].text
+    assert "- Closed (2023-05-12): I'll arrange a collection" in text
+    assert "- Open:" not in text

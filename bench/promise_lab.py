@@ -1,0 +1,231 @@
+"""How well ``memory.promises`` reads the paraphrase bank (``python -m bench.promise_lab``).
+
+For each half of ``bench.cs_phrases`` (A: development, B: held out, only measured), the
+templates are filled several times and read by ``is_promise`` (recall on PROMISES, false
+positives on everything else), ``reports_done`` (recall on FULFILMENTS, false positives on
+chases, promises and pending states) and ``fulfilment`` with the product's encoder: each
+promise against its true fulfilment hidden among chases of the same topic, other topics'
+fulfilments and the customer's other turns.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench import cs_phrases as P
+from bench.cs_stream import COURIERS, PRODUCTS, WEEKDAYS, render
+from memory.promises import MIN_COSINE, fulfilment, is_promise, reports_done
+
+FILLINGS = 4
+SEED = 7
+PENDING_STATES = ("placed", "shipped", "delayed", "lost")
+
+
+def _slots(rng: random.Random) -> dict[str, str]:
+    product, parts = rng.choice(PRODUCTS)
+    return {
+        "product": product,
+        "amount": f"£{rng.randint(5, 240)}.{rng.choice(('00', '50', '99'))}",
+        "weekday": rng.choice(WEEKDAYS),
+        "courier": rng.choice(COURIERS),
+        "what": rng.choice((f"the {product}", "my parcel", "your parcel", "order C-73120")),
+        "date": f"{rng.randint(1, 28)} March",
+        "tracking": f"BX{rng.randint(1000000, 9999999)}",
+        "city": rng.choice(("Daventry", "Rugby", "Bristol")),
+        "hour": f"{rng.randint(9, 17)}:00",
+        "part": rng.choice(parts),
+        "first": "",
+        "value": "peanuts",
+        "ref": "C-73120",
+    }
+
+
+class _Slots(dict[str, str]):
+    """Slots with a stand-in for any slot this lab does not fill."""
+
+    def __missing__(self, key: str) -> str:
+        return "a neighbour" if key == "signer" else key
+
+
+def _fill(template: str, slots: dict[str, str], rng: random.Random) -> str:
+    slots = _Slots(slots)
+    slots.setdefault("topic", P.TOPICS["refund"].format(**slots))
+    return render(template, slots, rng, typo_rate=0.0)[0]
+
+
+def _texts(templates: Iterable[str], rng: random.Random) -> list[str]:
+    return [_fill(t, _slots(rng), rng) for t in templates for _ in range(FILLINGS)]
+
+
+def _with_topic(templates: Iterable[str], rng: random.Random) -> list[str]:
+    out = []
+    for t in templates:
+        for _ in range(FILLINGS):
+            slots = _slots(rng)
+            slots["topic"] = P.TOPICS[rng.choice(list(P.TOPICS))].format(**slots)
+            out.append(_fill(t, slots, rng))
+    return out
+
+
+def _rate(texts: list[str], test: Callable[[str], bool]) -> str:
+    hits = sum(test(t) for t in texts)
+    return f"{hits}/{len(texts)} ({hits / max(len(texts), 1):.0%})"
+
+
+@dataclass
+class Bank:
+    promises: list[tuple[str, dict[str, str], str]]  # (topic, slots, text)
+    fulfilments: list[tuple[str, str, dict[str, str], str]]  # (topic, role, slots, template)
+    chases: list[str]  # templates with {topic}
+    others: dict[str, list[str]]  # negatives by kind, filled
+
+
+def _bank(half: P.Half, rng: random.Random) -> Bank:
+    promises = [
+        (topic, slots, _fill(t, slots, rng))
+        for topic, templates in P.PROMISES.items()
+        for t in P.half(templates, half)
+        for slots in (_slots(rng) for _ in range(FILLINGS))
+    ]
+    fulfilments: list[tuple[str, str, dict[str, str], str]] = [
+        (topic, role, {}, t)
+        for topic, templates in P.FULFILMENTS.items()
+        for role, t in P.half(templates, half)
+    ]
+    small = [t for ts in P.SMALL_TALK.values() for t in P.half(ts, half)]
+    states = [t for ts in P.STATES.values() for _, t in P.half(ts, half)]
+    pending = [t for k in PENDING_STATES for _, t in P.half(P.STATES[k], half)]
+    questions = [t for ts in P.QUESTIONS.values() for t in P.half(ts, half)]
+    others = {
+        "chases": _with_topic(P.half(P.CHASES, half), rng),
+        "chase replies": _texts(P.half(P.CHASE_REPLIES, half), rng),
+        "requests": _texts(P.half(P.REQUESTS, half), rng),
+        "small talk": _texts(small, rng),
+        "states": _texts(states, rng),
+        "pending states": _texts(pending, rng),
+        "questions": _with_topic(questions, rng),
+        "enquiries": _texts(P.half(P.ENQUIRIES, half), rng),
+        "follow-up replies": _texts(P.half(P.FOLLOW_UP_REPLIES, half), rng),
+        "one-offs": _texts([t for ts in P.ONE_OFFS.values() for t in P.half(ts, half)], rng),
+    }
+    return Bank(promises, fulfilments, list(P.half(P.CHASES, half)), others)
+
+
+def _recognisers(bank: Bank, rng: random.Random, *, show: bool) -> None:
+    promise_texts = [text for _, _, text in bank.promises]
+    done_texts = [_fill(t, _slots(rng), rng) for _, _, _, t in bank.fulfilments for _ in "abcd"]
+    print(f"  is_promise recall on PROMISES: {_rate(promise_texts, _agent_promise)}")
+    fulfil_fp = [
+        _fill(t, _slots(rng), rng)
+        for _, role, _, t in bank.fulfilments
+        for _ in range(FILLINGS)
+        if role == "assistant"
+    ]
+    print(f"  is_promise FP on FULFILMENTS (agent side): {_rate(fulfil_fp, _agent_promise)}")
+    for kind, texts in bank.others.items():
+        role_test = _agent_promise if kind in _AGENT_KINDS else _any_promise
+        print(f"  is_promise FP on {kind}: {_rate(texts, role_test)}")
+    print(f"  reports_done recall on FULFILMENTS: {_rate(done_texts, reports_done)}")
+    for kind in ("chases", "pending states", "questions", "enquiries", "requests"):
+        print(f"  reports_done FP on {kind}: {_rate(bank.others[kind], reports_done)}")
+    print(f"  reports_done FP on PROMISES: {_rate(promise_texts, reports_done)}")
+    if show:  # half A only: half B is measured, never read
+        _show_misses(bank, promise_texts, done_texts)
+
+
+def _show_misses(bank: Bank, promise_texts: list[str], done_texts: list[str]) -> None:
+    for text in promise_texts:
+        if not _agent_promise(text):
+            print(f"    missed promise: {text}")
+    for text in done_texts:
+        if not reports_done(text):
+            print(f"    missed done: {text}")
+    for kind in ("chases", "pending states"):
+        for text in bank.others[kind]:
+            if reports_done(text):
+                print(f"    done FP ({kind}): {text}")
+    for kind, texts in bank.others.items():
+        for text in texts:
+            if (_agent_promise if kind in _AGENT_KINDS else _any_promise)(text):
+                print(f"    promise FP ({kind}): {text}")
+
+
+# Agent-side lists are read as the agent; lists with both sides as either (the worst case).
+_AGENT_KINDS = frozenset(("chase replies", "follow-up replies"))
+
+
+def _agent_promise(text: str) -> bool:
+    return is_promise(text, "assistant")
+
+
+def _any_promise(text: str) -> bool:
+    return is_promise(text, "assistant") or is_promise(text, "user")
+
+
+def _pairing(
+    bank: Bank, rng: random.Random, encode: Callable[[list[str]], np.ndarray], *, show: bool
+) -> None:
+    outcomes = {"true": 0, "chase": 0, "other topic": 0, "other turn": 0, "none": 0}
+    own: list[float] = []
+    foreign: list[float] = []
+    for topic, slots, promise in bank.promises:
+        true = _fill(rng.choice([t for tp, _, _, t in bank.fulfilments if tp == topic]), slots, rng)
+        rows: list[tuple[str, str]] = [(true, "true")]
+        topic_text = P.TOPICS[topic].format(**slots)
+        for chase in rng.sample(bank.chases, 2):
+            rows.append((_fill(chase, {**slots, "topic": topic_text}, rng), "chase"))
+        for other, _, _, t in rng.sample(bank.fulfilments, 4):
+            if other != topic:
+                rows.append((_fill(t, _slots(rng), rng), "other topic"))
+        for kind in ("small talk", "one-offs", "states", "requests"):
+            rows.append((rng.choice(bank.others[kind]), "other turn"))
+        rng.shuffle(rows)
+        texts = [promise] + [t for t, _ in rows]
+        vectors = encode(texts)
+        done = np.array([False] + [reports_done(t) for t in texts[1:]])
+        found = fulfilment(0, list(range(1, len(texts))), vectors, done, texts)
+        outcome = "none" if found is None else rows[found - 1][1]
+        outcomes[outcome] += 1
+        if show and outcome != "true":
+            got = "-" if found is None else texts[found]
+            print(
+                f"    {outcome}: {promise!r} -> {got!r} (true: {true!r}, done={reports_done(true)})"
+            )
+        for i, (_, kind) in enumerate(rows, start=1):
+            cosine = float(vectors[i] @ vectors[0])
+            if kind == "true":
+                own.append(cosine)
+            elif kind == "other topic":
+                foreign.append(cosine)
+    n = len(bank.promises)
+    print(f"  fulfilment (min_cosine={MIN_COSINE}) over {n} promises:")
+    for kind, count in outcomes.items():
+        print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
+    q = (0.0, 0.1, 0.5, 0.9, 1.0)
+    print(f"    cosine to own fulfilment, quantiles {q}: {np.quantile(own, q).round(2)}")
+    print(f"    cosine to other topics' done turns: {np.quantile(foreign, q).round(2)}")
+
+
+def main() -> None:
+    from memstream.settings import Settings
+    from stores.encoder import OnnxEncoder
+
+    enc = OnnxEncoder.from_settings(Settings().encoder)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(enc.encode(texts), dtype=np.float32)
+
+    for half in ("A", "B"):
+        rng = random.Random(SEED)
+        bank = _bank(half, rng)
+        print(f"== half {half}")
+        _recognisers(bank, rng, show=half == "A")
+        _pairing(bank, rng, encode, show=half == "A")
+
+
+if __name__ == "__main__":
+    main()

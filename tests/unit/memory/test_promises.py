@@ -1,0 +1,189 @@
+"""memory.promises: promises owed to a customer, turns that report them done, and pairing."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+from bench import adversarial_inputs as adversarial
+from memory import promises
+from memory.promises import fulfilment, is_promise, promise_sentence, reports_done
+
+AGENT_PROMISES = [
+    "I'll arrange a collection for Friday.",
+    "We'll refund the £20 within 5 days.",
+    "A driver will come for the desk on Tuesday.",
+    "Expect DPD to collect it on Monday.",
+    "You'll get the £12 delivery charge back.",
+    "The £30 will be refunded to you within 3 to 5 working days.",
+    "Let me reverse the charge, it will take a few days.",
+    "I'm adding a £10 goodwill credit to your account.",
+    "Someone from the team will ring you Thursday.",
+    # wordings and actions of my own
+    "An engineer will visit on Wednesday morning to fit the new hinge.",
+    "We're going to replace the whole unit free of charge.",
+    "I shall post the spare filter out to you today.",
+    "You can expect a text from the courier an hour before they arrive.",
+    "Sorry about that. I'm sending you a prepaid return label now.",
+    "Let me credit the £4.99 postage back to your card.",
+    "Our warehouse will repack the order and ship it by Monday.",
+    "The missing screws will be posted first class tomorrow.",
+    "Thanks for waiting. Your repair is booked for Thursday between 8 and 12.",
+    "You'll have the replacement by the weekend.",
+    "I'll get back to you by Friday with the decision.",
+]
+NOT_PROMISES = [
+    ("assistant", "Will you be at home on Friday?"),
+    ("assistant", "Shall I arrange a collection?"),
+    ("assistant", "We won't be able to refund the delivery charge."),
+    ("assistant", "We will not refund opened items."),
+    ("assistant", "If it doesn't arrive by Friday we'd refund you."),
+    ("assistant", "If it hasn't arrived by Monday, we'll send another."),
+    ("assistant", "You were promised a call back on Tuesday."),
+    ("assistant", "I'll check that for you."),
+    ("assistant", "Let me look into it."),
+    ("assistant", "One moment please."),
+    ("assistant", "I'm checking with the warehouse."),
+    ("assistant", "I'm afraid the item is out of stock."),
+    ("assistant", "You'll need to keep the original packaging."),
+    ("assistant", "It will take a few minutes to load."),
+    ("assistant", "The refund was issued on Monday."),
+    ("user", "I'm still waiting for the refund you promised."),
+    ("user", "I'll be at work all day."),
+    ("user", "I'll watch the door for the courier."),
+    ("user", "You said you'd call me back on Monday."),
+    ("assistant", "Have a lovely day!"),
+]
+DONE = [
+    "The courier picked the kettle up this morning.",
+    "The money is back on my card.",
+    "I checked my statement and the £49 is there.",
+    "The refund has cleared.",
+    "Your card was credited on Monday.",
+    "Got my £12 back at last.",
+    "Your colleague rang me on Friday.",
+    "I got the gift code you sent.",
+    "The voucher code arrived in my inbox.",
+    "The call-back was made on Tuesday.",
+    # my own
+    "The engineer fitted the new hinge yesterday.",
+    "Just to say the spare filter turned up today, thanks!",
+    "The replacement lamp came on Saturday.",
+    "Your £4.99 has been returned to the card ending 1234.",
+    "The technician called round and everything is sorted.",
+    "I've posted the screws first class.",
+]
+NOT_DONE = [
+    "Still no sign of the refund.",
+    "Nothing has happened about the collection yet.",
+    "Whatever happened to the call back?",
+    "The refund is pending with the bank.",
+    "I was promised a voucher weeks ago and I'm still waiting.",
+    "Did the refund go through?",
+    "We'll refund the £20 within 5 days.",
+    "I'll arrange a collection for Friday.",
+    "The refund hasn't arrived.",
+    "I never got the voucher.",
+    "I was told the engineer would come on Monday.",
+    "The parcel is on its way.",
+    "I've booked a collection for Friday.",
+    "The delivery was delayed again.",
+    "Hi, I need a hand with something.",
+]
+
+
+@pytest.mark.parametrize("text", AGENT_PROMISES)
+def test_agent_promises(text: str) -> None:
+    assert is_promise(text, "assistant")
+
+
+@pytest.mark.parametrize(("role", "text"), NOT_PROMISES)
+def test_not_promises(role: str, text: str) -> None:
+    assert not is_promise(text, role)
+
+
+def test_promise_sentence_picks_the_promising_line() -> None:
+    text = "Sorry for the wait. I checked with the warehouse. We'll send a new lid by Friday."
+    assert promise_sentence(text, "assistant") == "We'll send a new lid by Friday."
+    assert promise_sentence("I'll send a new lid by Friday.", "user") is None
+
+
+@pytest.mark.parametrize("text", DONE)
+def test_reports_done(text: str) -> None:
+    assert reports_done(text)
+
+
+@pytest.mark.parametrize("text", NOT_DONE)
+def test_not_done(text: str) -> None:
+    assert not reports_done(text)
+
+
+def _unit(*rows: list[float]) -> np.ndarray:
+    v = np.asarray(rows, dtype=np.float32)
+    unit: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return unit
+
+
+def test_fulfilment_skips_chases_and_other_topics() -> None:
+    texts = [
+        "We'll refund the £49 within 5 days.",  # 0: promise
+        "Still no sign of the £49 refund.",  # 1: close, but a chase
+        "The lamp shade came on Monday.",  # 2: done, another topic
+        "The money is back on my card.",  # 3: done, close by cosine only
+    ]
+    vectors = _unit([1, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0.7, 0.2, 0.1])
+    done = np.array([False, False, True, True])
+    assert fulfilment(0, [1, 2, 3], vectors, done, texts) == 3
+
+
+def test_fulfilment_by_shared_word_under_the_cosine() -> None:
+    texts = ["I'll arrange a collection of the kettle.", "The courier took the kettle."]
+    vectors = _unit([1, 0], [0.1, 1])
+    done = np.array([False, True])
+    assert fulfilment(0, [1], vectors, done, texts) == 1
+
+
+def test_fulfilment_ignores_promise_words_weekdays_and_pence() -> None:
+    texts = [
+        "I'll call you back on Friday about the £12.50.",
+        "I used the £8.50 credit on Friday, call me back.",
+    ]
+    vectors = _unit([1, 0], [0, 1])
+    done = np.array([False, True])
+    assert fulfilment(0, [1], vectors, done, texts) is None
+    assert fulfilment(0, [], vectors, done, texts) is None
+
+
+def test_fulfilment_returns_the_first_in_time_order() -> None:
+    texts = ["We'll post the voucher.", "The voucher came.", "The voucher arrived."]
+    vectors = _unit([1, 0], [1, 0], [1, 0])
+    done = np.array([False, True, True])
+    assert fulfilment(0, [2, 1], vectors, done, texts) == 2
+
+
+# The shared linear-time test lists its modules; this module's patterns get the same check.
+@pytest.mark.parametrize(
+    ("name", "pattern"), sorted(adversarial.module_patterns(("memory.promises",)).items())
+)
+def test_patterns_are_linear(name: str, pattern: re.Pattern[str]) -> None:
+    for text in adversarial.pattern_texts(pattern, 8_000):
+        start = time.perf_counter()
+        sum(1 for _ in pattern.finditer(text))
+        assert time.perf_counter() - start < 0.3, name
+
+
+@pytest.mark.parametrize("fn", [reports_done, lambda t: is_promise(t, "assistant")])
+def test_functions_are_linear(fn: object) -> None:
+    assert callable(fn)
+    texts = [*adversarial.runs(8_000), "will also " * 800, "let me " * 1_100, "I am " * 1_600]
+    for text in texts:
+        start = time.perf_counter()
+        fn(text)
+        assert time.perf_counter() - start < 0.3
+
+
+def test_min_cosine_is_the_default() -> None:
+    assert promises.MIN_COSINE == 0.45
