@@ -36,7 +36,6 @@ from memory.ranking import (
 from memory.reconcile import (
     MAX_LATEST,
     latest_line,
-    newer_and_alike,
     newer_conversation,
     newer_like_sources,
     with_latest,
@@ -238,13 +237,6 @@ def score_candidates(
     coverable[[turns.positions[e] for e in sources]] = True
     uncovered = np.cumsum(~coverable[rows[order]])
     order = order[: int(np.searchsorted(uncovered, top_k)) + 1]
-    # Below the floor a turn takes no budget, unless it promises the customer something or
-    # supersedes a turn above it.
-    passes = (turn_relevance[order] >= p.min_relevance) | turns.promise[rows[order]]
-    passes[~passes] = newer_and_alike(
-        rows[order[~passes]], rows[order[passes]], turns, turns.vectors
-    )
-    order = order[passes]
     for i in order:
         turn = turns.docs[int(rows[i])]
         text = turns.texts[int(rows[i])]

@@ -75,8 +75,6 @@ class RankingParams:
     # the place of another session's hit (measured in the module doc).
     neighbour_seed_min: float = 0.95
     neighbour_own_quantile: float = 0.5
-    # A turn below this relevance never takes budget: nothing relevant left, a shorter context.
-    min_relevance: float = 0.5
     # Cluster expansion (rpc.short_term_mode=expand, memory.hierarchy.expand_in_clusters).
     expand_seeds: int = 3
     expand_per_seed: int = 2
@@ -512,12 +510,17 @@ def _assemble_additive(
 
 
 def _layered(items: Sequence[tuple[Candidate, float]]) -> list[tuple[Candidate, float]]:
-    """Memories best first, then turns newest first: a bot meets the current state first."""
+    """Memories best first, then turns newest first: a bot meets the current state first.
+    But a memory is never read before a newer statement: when one chosen memory is older
+    than the newest chosen turn, the turns come first (a memory's time is its newest line's,
+    its ``Latest`` lines included)."""
     memories = sorted((i for i in items if i[0].kind == "memory"), key=lambda i: -i[1])
     turns = sorted(
         (i for i in items if i[0].kind == "turn"),
         key=lambda i: (-i[0].ts.timestamp(), i[0].id),
     )
+    if turns and any(m.ts < turns[0][0].ts for m, _ in memories):
+        return [*turns, *memories]
     return [*memories, *turns]
 
 
@@ -541,6 +544,8 @@ def _render(items: Sequence[tuple[Candidate, float]]) -> str:
         sections.append(MEMORIES_HEADER + "\n" + "\n\n".join(memories))
     if turns:
         sections.append("\n".join([TURNS_HEADER, *turns]))
+    if layered and layered[0][0].kind == "turn":
+        sections.reverse()
     return "\n\n".join(sections)
 
 

@@ -41,7 +41,7 @@ def retriever(params: RankingParams | None = None) -> Retriever:
         longterm=cast(LongTermStore, None),
         metrics=Metrics(CollectorRegistry()),
         short_term_candidates=0,
-        params=params or RankingParams(neighbour_seeds=0, min_relevance=0.0),
+        params=params or RankingParams(neighbour_seeds=0),
     )
 
 
@@ -138,7 +138,6 @@ def test_session_neighbours_of_the_best_hits_are_lifted() -> None:
     lifted = candidates(
         retriever(
             RankingParams(
-                min_relevance=0.0,
                 neighbour_seeds=1,
                 neighbour_share=0.95,
                 neighbour_seed_min=0.0,  # a 4-turn user: no hit stands 3 deviations out

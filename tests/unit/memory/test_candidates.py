@@ -3,7 +3,7 @@ was gathered and ``now`` -- no store, no clock, no RPC types."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -17,8 +17,8 @@ from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
-# Session neighbours and the relevance floor off: one effect at a time.
-PARAMS = RankingParams(neighbour_seeds=0, min_relevance=0.0)
+# Session neighbours off: one effect at a time.
+PARAMS = RankingParams(neighbour_seeds=0)
 
 
 def unit(*values: float) -> np.ndarray:
@@ -234,20 +234,6 @@ def test_a_memory_behind_the_stream_leads_with_the_newest_conversation_about_its
     current = by_id(score("order A-10293", unit(0, 1), turns=upto, keyed=[behind]))
     current = current[behind.memory_id]
     assert "Latest" not in current.text  # nothing newer than its sources: shown as stored
-
-
-def test_below_the_floor_a_turn_takes_no_budget_unless_it_supersedes_one_above() -> None:
-    moved = rows(
-        ("e1", "please ship it to 27 Birch Lane", 0, unit(1, 0), []),
-        ("e2", "hiking in the mountains", 5, unit(0, 0, 1), []),
-        ("e3", "we moved, new home is 8 Quarry Road", 9, unit(1, 0.4), []),
-    )
-    relevance = {c.id: c.relevance for c in score("ship to Birch Lane", unit(1, 0), turns=moved)}
-    assert relevance["e1"] > relevance["e3"] > relevance["e2"]
-    floor = replace(PARAMS, min_relevance=(relevance["e1"] + relevance["e3"]) / 2)
-    found = score("ship to Birch Lane", unit(1, 0), turns=moved, params=floor)
-    # e3 is under the floor but newer than e1 and like it (cosine 0.93): it supersedes e1.
-    assert set(by_id(found)) == {"e1", "e3"}
 
 
 def test_a_promise_shows_open_until_a_later_turn_keeps_it() -> None:

@@ -36,9 +36,15 @@ T0 = datetime(2026, 11, 3, 14, 5, tzinfo=UTC)
 
 
 def memory(
-    id_: str, relevance: float, strength: float = 1.0, sources: tuple[str, ...] = ()
+    id_: str,
+    relevance: float,
+    strength: float = 1.0,
+    sources: tuple[str, ...] = (),
+    minutes: int = 60,
 ) -> Candidate:
-    return Candidate("memory", id_, f"memory {id_}", relevance, strength, T0, sources)
+    """A memory whose newest line is ``minutes`` after T0 (newer than the turns by default)."""
+    ts = T0 + timedelta(minutes=minutes)
+    return Candidate("memory", id_, f"memory {id_}", relevance, strength, ts, sources)
 
 
 def turn(id_: str, relevance: float, minutes: int = 0, text: str | None = None) -> Candidate:
@@ -197,6 +203,14 @@ def test_context_is_layered_memories_then_turns_newest_first() -> None:
     )
 
 
+def test_a_memory_older_than_a_turn_shown_is_read_after_the_turns() -> None:
+    ranked = rank([turn("late", 0.9, 30), memory("m1", 0.7, minutes=20), turn("early", 0.8)], 10)
+    context, used = assemble_context(ranked, 1000, words)
+    # m1 holds nothing said after minute 20: the turn of minute 30 may supersede it.
+    assert [c.id for c, _ in used] == ["late", "early", "m1"]
+    assert context == f"{TURNS_HEADER}\nturn late\nturn early\n\n{MEMORIES_HEADER}\nmemory m1"
+
+
 def long_memory(
     id_: str, relevance: float, strength: float = 1.0, shows: tuple[str, ...] = ("x",)
 ) -> Candidate:
@@ -309,7 +323,12 @@ def test_context_never_exceeds_the_budget(
     assert all(any(u is c for c, _ in ranked) for u, _ in used)
     assert all(shown(c) in context for c, _ in used)
     kinds = [c.kind for c, _ in used]
-    assert kinds == sorted(kinds, key=lambda k: k != "memory")  # memories before turns
+    newest_turn = max((c.ts for c, _ in used if c.kind == "turn"), default=None)
+    behind = newest_turn is not None and any(
+        c.ts < newest_turn for c, _ in used if c.kind == "memory"
+    )
+    # memories before turns, unless one is older than a turn shown
+    assert kinds == sorted(kinds, key=lambda k: (k == "memory") == behind)
 
 
 @settings(max_examples=200, deadline=None, database=None)

@@ -90,7 +90,7 @@ def retriever(state: FakeShortTermState, longterm: LongTermStore) -> Retriever:
         longterm=longterm,
         metrics=Metrics(CollectorRegistry()),
         short_term_candidates=0,
-        params=RankingParams(neighbour_seeds=0, min_relevance=0.0),  # layout, not the floor
+        params=RankingParams(neighbour_seeds=0),
     )
 
 
