@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from memory.clustering import Cluster
 from memory.due import parse_due
+from memory.formulaic import formulaic
 from memory.hierarchy import expand_in_clusters, hierarchical_search
 from memory.lexical import LexicalIndex, term_counts, tokens_of
 from memory.promises import closed_line, fulfilment, open_line
@@ -50,6 +51,7 @@ KEY_MATCH_RELEVANCE = 1.0  # an exact order number / email in the query is as go
 # best hits lifted (``memory.hierarchy.expand_in_clusters``).
 ShortTermMode = Literal["flat", "hierarchical", "expand"]
 PROMISE_HORIZON = 512  # later turns read for the one that keeps a promise
+FORMULAIC_HORIZON = 512  # newest turns a candidate is compared with for repetition
 
 
 class TurnRows(Protocol):
@@ -237,6 +239,7 @@ def score_candidates(
     coverable[[turns.positions[e] for e in sources]] = True
     uncovered = np.cumsum(~coverable[rows[order]])
     order = order[: int(np.searchsorted(uncovered, top_k)) + 1]
+    order = order[~_formulaic(rows[order], turns, keyed_rows)]
     for i in order:
         turn = turns.docs[int(rows[i])]
         text = turns.texts[int(rows[i])]
@@ -351,6 +354,43 @@ def _newer_statements(m: ConsolidatedMemory, since: datetime, turns: TurnRows) -
     sources = [turns.positions[e] for e in m.source_event_ids if e in turns.positions]
     like = newer_like_sources(sources, since, turns, turns.vectors)
     return sorted({*keyed, *like}, key=lambda r: (-turns.ts[r], -r))[:MAX_LATEST]
+
+
+def _formulaic(
+    candidates: npt.NDArray[np.intp], turns: TurnRows, keyed: set[int]
+) -> npt.NDArray[np.bool_]:
+    """Which candidate rows are formulaic (``memory.formulaic``), compared with the user's
+    newest ``FORMULAIC_HORIZON`` turns; never a turn naming an entity, pinned or promising."""
+    against = np.arange(max(len(turns.docs) - FORMULAIC_HORIZON, 0), len(turns.docs))
+    exempt = np.array(
+        [
+            r in keyed or bool(turns.docs[r].entities) or turns.docs[r].pinned or turns.promise[r]
+            for r in candidates.tolist()
+        ],
+        dtype=bool,
+    )
+    out = np.zeros(len(candidates), dtype=bool)
+    out[~exempt] = formulaic(candidates[~exempt], against, turns.vectors, _Sessions(turns.docs))
+    return out
+
+
+class _Sessions(Sequence[str]):
+    """Row -> its session id, without a list of every turn."""
+
+    def __init__(self, docs: Sequence[StoredTurn]) -> None:
+        self.docs = docs
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [t.session_id for t in self.docs[i]]
+        return self.docs[i].session_id
 
 
 def _promise_body(row: int, turns: TurnRows) -> str:
