@@ -370,7 +370,9 @@ def _formulaic(
         dtype=bool,
     )
     out = np.zeros(len(candidates), dtype=bool)
-    out[~exempt] = formulaic(candidates[~exempt], against, turns.vectors, _Sessions(turns.docs))
+    out[~exempt] = formulaic(
+        candidates[~exempt], against, _Texts(turns.docs), _Sessions(turns.docs)
+    )
     return out
 
 
