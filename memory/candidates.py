@@ -371,28 +371,9 @@ def _formulaic(
     )
     out = np.zeros(len(candidates), dtype=bool)
     out[~exempt] = formulaic(
-        candidates[~exempt], against, _Texts(turns.docs), _Sessions(turns.docs)
+        candidates[~exempt], against, _Field(turns.docs, "text"), _Field(turns.docs, "session_id")
     )
     return out
-
-
-class _Sessions(Sequence[str]):
-    """Row -> its session id, without a list of every turn."""
-
-    def __init__(self, docs: Sequence[StoredTurn]) -> None:
-        self.docs = docs
-
-    def __len__(self) -> int:
-        return len(self.docs)
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [t.session_id for t in self.docs[i]]
-        return self.docs[i].session_id
 
 
 def _promise_body(row: int, turns: TurnRows) -> str:
@@ -409,7 +390,7 @@ def _kept_by(row: int, turns: TurnRows) -> int | None:
     """The row of the first later turn (of the next ``PROMISE_HORIZON``) that keeps the
     promise at ``row`` (``memory.promises.fulfilment``), or None."""
     later = range(row + 1, min(row + 1 + PROMISE_HORIZON, len(turns.docs)))
-    return fulfilment(row, later, turns.vectors, turns.done, _Texts(turns.docs))
+    return fulfilment(row, later, turns.vectors, turns.done, _Field(turns.docs, "text"))
 
 
 def _closing_kept(m: ConsolidatedMemory, text: str, turns: TurnRows) -> str:
@@ -436,11 +417,12 @@ def _closing_kept(m: ConsolidatedMemory, text: str, turns: TurnRows) -> str:
     )
 
 
-class _Texts(Sequence[str]):
-    """Row -> the turn's own words (not its rendered line), without a list of every turn."""
+class _Field(Sequence[str]):
+    """Row -> one text field of the turn (``text``: its own words, not its rendered line;
+    ``session_id``), without a list of every turn built per query."""
 
-    def __init__(self, docs: Sequence[StoredTurn]) -> None:
-        self.docs = docs
+    def __init__(self, docs: Sequence[StoredTurn], name: Literal["text", "session_id"]) -> None:
+        self.docs, self.name = docs, name
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -451,8 +433,8 @@ class _Texts(Sequence[str]):
     def __getitem__(self, i: slice) -> list[str]: ...
     def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
-            return [t.text for t in self.docs[i]]
-        return self.docs[i].text
+            return [str(getattr(t, self.name)) for t in self.docs[i]]
+        return str(getattr(self.docs[i], self.name))
 
 
 def _entity_keys(m: ConsolidatedMemory) -> list[str]:

@@ -23,7 +23,7 @@ def rows(n: int) -> list[TurnWithVector]:
             event_id=f"e{i:02d}",
             session_id=f"s{i // 4}",
             role="user",
-            text=f"order A-{i % 3} note {i}",
+            text=(f"order A-{i % 3} note {i}", "thanks!", "I'll call you back by Friday.")[i % 3],
             ts=T0 + timedelta(minutes=i // 2),  # ties on time: event id breaks them
             speaker=("Ana", "Ben", None)[i % 3],
             entities=[f"order:a-{i % 3}"],
@@ -52,6 +52,8 @@ def test_extended_equals_a_full_build() -> None:
     np.testing.assert_array_equal(grown.ts, full.ts)
     np.testing.assert_array_equal(grown.vectors, full.vectors)
     np.testing.assert_array_equal(grown.speaker_of, full.speaker_of)
+    for marks in ("salient", "promise", "done"):
+        np.testing.assert_array_equal(getattr(grown, marks), getattr(full, marks))
     assert (grown.expected, grown.archive_seen, grown.nbytes) == (12, 3, full.nbytes)
     assert grown.complete
     assert grown.last_key() == (full.ts[-1], "e11")
@@ -63,3 +65,18 @@ def test_extended_with_nothing_new_only_moves_the_version() -> None:
     same = held.extended(b"v2", [], expected=4, archive_seen=7)
     assert (same.version, same.ids, same.archive_seen) == (b"v2", held.ids, 7)
     assert not same.complete  # Redis counted a turn that is not here yet
+
+
+def test_a_rebuild_reuses_what_the_view_it_replaces_held() -> None:
+    everything = rows(12)
+    shared = lexical(everything)
+    full = UserTurns.build(b"v2", everything, shared, 8)
+    # A late turn (e00) arrives after the others were held: the rows are merged, and what
+    # was held (lines, marks) is taken over, not read again from the texts.
+    held = UserTurns.build(b"v1", everything[1:], shared, 8)
+    rebuilt = UserTurns.build(b"v2", everything, shared, 8, known=held)
+    assert rebuilt.texts == full.texts
+    for marks in ("salient", "promise", "done"):
+        np.testing.assert_array_equal(getattr(rebuilt, marks), getattr(full, marks))
+    assert full.salient.tolist()[:3] == [True, False, True]  # "thanks!" says nothing
+    assert full.promise.tolist()[:3] == [False, False, False]  # the user's, not the agent's
