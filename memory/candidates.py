@@ -83,6 +83,8 @@ class TurnRows(Protocol):
     def promise(self) -> npt.NDArray[np.bool_]: ...  # rows promising the customer something
     @property
     def done(self) -> npt.NDArray[np.bool_]: ...  # rows saying something happened
+    @property
+    def line_keys(self) -> npt.NDArray[np.int64]: ...  # each row's words as one number
 
 
 def score_candidates(
@@ -371,7 +373,7 @@ def _formulaic(
     )
     out = np.zeros(len(candidates), dtype=bool)
     out[~exempt] = formulaic(
-        candidates[~exempt], against, _Field(turns.docs, "text"), _Field(turns.docs, "session_id")
+        candidates[~exempt], against, turns.line_keys, _Field(turns.docs, "session_id")
     )
     return out
 
@@ -389,7 +391,8 @@ def _promise_body(row: int, turns: TurnRows) -> str:
 def _kept_by(row: int, turns: TurnRows) -> int | None:
     """The row of the first later turn (of the next ``PROMISE_HORIZON``) that keeps the
     promise at ``row`` (``memory.promises.fulfilment``), or None."""
-    later = range(row + 1, min(row + 1 + PROMISE_HORIZON, len(turns.docs)))
+    end = min(row + 1 + PROMISE_HORIZON, len(turns.docs))
+    later = (np.flatnonzero(turns.done[row + 1 : end]) + row + 1).tolist()  # only "done" keeps
     return fulfilment(row, later, turns.vectors, turns.done, _Field(turns.docs, "text"))
 
 

@@ -22,21 +22,27 @@ from memory.phrases import norm
 OTHER_SESSIONS = 1  # said word for word in this many other sessions of the user: formulaic
 
 
+def line_key(text: str) -> int:
+    """A turn's words, case and punctuation aside, as one number to compare (the RPC's
+    turn index keeps it per turn; equal texts, equal keys, within a process)."""
+    return hash(norm(text))
+
+
 def formulaic(
     rows: npt.NDArray[np.intp],
     against: npt.NDArray[np.intp],
-    texts: Sequence[str],
+    line_keys: npt.NDArray[np.int64],
     sessions: Sequence[str],
 ) -> npt.NDArray[np.bool_]:
-    """For each of ``rows``, whether its words (``texts[row]``, case and punctuation aside)
-    were said in at least ``OTHER_SESSIONS`` other sessions among the ``against`` rows
-    (``sessions[row]``: its session)."""
+    """For each of ``rows``, whether its words (``line_keys[row]``) were said in at least
+    ``OTHER_SESSIONS`` other sessions among the ``against`` rows (``sessions[row]``: its
+    session)."""
     out = np.zeros(len(rows), dtype=bool)
     if not len(rows) or not len(against):
         return out
-    said: dict[str, set[str]] = {}
-    for row in against.tolist():
-        said.setdefault(norm(texts[row]), set()).add(sessions[row])
+    keys = line_keys[against]
     for i, row in enumerate(rows.tolist()):
-        out[i] = len(said.get(norm(texts[row]), set()) - {sessions[row]}) >= OTHER_SESSIONS
+        same = against[keys == line_keys[row]].tolist()
+        others = {sessions[j] for j in same} - {sessions[row]}
+        out[i] = len(others) >= OTHER_SESSIONS
     return out

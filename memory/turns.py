@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memory.formulaic import line_key
 from memory.promises import promise_sentence, reports_done
 from memory.text import extract_entities, is_remember_request, is_small_talk
 from schemas import InteractionEvent, StoredTurn
@@ -48,3 +49,8 @@ def promises(turn: StoredTurn) -> bool:
 def reports_something_done(turn: StoredTurn) -> bool:
     """Whether the turn says something promised happened (``memory.promises.reports_done``)."""
     return reports_done(turn.text)
+
+
+def said_as(turn: StoredTurn) -> int:
+    """The turn's words as one number (``memory.formulaic.line_key``)."""
+    return line_key(turn.text)

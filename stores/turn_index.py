@@ -29,13 +29,14 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import turn_text
-from memory.turns import promises, reports_something_done, says_something
+from memory.turns import promises, reports_something_done, said_as, says_something
 from schemas import StoredTurn
 from stores.cpu import off_loop
 from stores.longterm import LongTermStore
@@ -71,6 +72,8 @@ class UserTurns:
     # at query time to show a promise open until a later turn keeps it (memory.promises).
     promise: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
     done: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
+    # Each row's words as one number: a line repeated word for word is formulaic.
+    line_keys: npt.NDArray[np.int64] = field(default_factory=lambda: np.array([], np.int64))
     expected: int = 0  # turns ever written for the user (Redis ``tall``)
     archive_seen: int = -1  # the archive's count when last read (-1: never read)
     nbytes: int = 0  # estimated memory held
@@ -125,6 +128,9 @@ class UserTurns:
             salient=_marks(says_something, docs, held, known.salient if known else None),
             promise=_marks(promises, docs, held, known.promise if known else None),
             done=_marks(reports_something_done, docs, held, known.done if known else None),
+            line_keys=_marks(
+                said_as, docs, held, known.line_keys if known else None, kind=np.int64
+            ),
             expected=expected,
             archive_seen=archive_seen,
             nbytes=int(vectors.nbytes)
@@ -171,6 +177,7 @@ class UserTurns:
             salient=np.concatenate([self.salient, _marks(says_something, docs)]),
             promise=np.concatenate([self.promise, _marks(promises, docs)]),
             done=np.concatenate([self.done, _marks(reports_something_done, docs)]),
+            line_keys=np.concatenate([self.line_keys, _marks(said_as, docs, kind=np.int64)]),
             expected=expected,
             archive_seen=archive_seen,
             nbytes=self.nbytes
@@ -192,18 +199,21 @@ class UserTurns:
 
 
 _FIRST = (float("-inf"), "")
+M = TypeVar("M", bool, int)
 
 
 def _marks(
-    mark: Callable[[StoredTurn], bool],
+    mark: Callable[[StoredTurn], M],
     docs: Sequence[StoredTurn],
     held: npt.NDArray[np.intp] | None = None,
-    known: npt.NDArray[np.bool_] | None = None,
-) -> npt.NDArray[np.bool_]:
-    """``mark`` of each turn; where ``held[i] >= 0`` it is ``known[held[i]]`` already."""
+    known: npt.NDArray[Any] | None = None,
+    kind: type = bool,
+) -> npt.NDArray[Any]:
+    """``mark`` of each turn (a ``kind``); where ``held[i] >= 0`` it is ``known[held[i]]``
+    already."""
     if held is None or known is None:
-        return np.array([mark(t) for t in docs], dtype=bool)
-    out = np.zeros(len(docs), dtype=bool)
+        return np.array([mark(t) for t in docs], dtype=kind)
+    out: npt.NDArray[Any] = np.zeros(len(docs), dtype=kind)
     reuse = held >= 0
     out[reuse] = known[held[reuse]]
     out[~reuse] = [mark(docs[i]) for i in np.flatnonzero(~reuse).tolist()]

@@ -52,7 +52,7 @@ def test_extended_equals_a_full_build() -> None:
     np.testing.assert_array_equal(grown.ts, full.ts)
     np.testing.assert_array_equal(grown.vectors, full.vectors)
     np.testing.assert_array_equal(grown.speaker_of, full.speaker_of)
-    for marks in ("salient", "promise", "done"):
+    for marks in ("salient", "promise", "done", "line_keys"):
         np.testing.assert_array_equal(getattr(grown, marks), getattr(full, marks))
     assert (grown.expected, grown.archive_seen, grown.nbytes) == (12, 3, full.nbytes)
     assert grown.complete
@@ -76,7 +76,7 @@ def test_a_rebuild_reuses_what_the_view_it_replaces_held() -> None:
     held = UserTurns.build(b"v1", everything[1:], shared, 8)
     rebuilt = UserTurns.build(b"v2", everything, shared, 8, known=held)
     assert rebuilt.texts == full.texts
-    for marks in ("salient", "promise", "done"):
+    for marks in ("salient", "promise", "done", "line_keys"):
         np.testing.assert_array_equal(getattr(rebuilt, marks), getattr(full, marks))
     assert full.salient.tolist()[:3] == [True, False, True]  # "thanks!" says nothing
     assert full.promise.tolist()[:3] == [False, False, False]  # the user's, not the agent's
