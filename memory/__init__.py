@@ -5,7 +5,8 @@ when a topic or entity has recurred enough to pay for consolidation, which turns
 information, and which entities (orders, emails, phones, dates, products, parcels) a turn names;
 then how consolidated memories are written (``extractive``, ``merge``, ``due``), how strong
 they are (``strength``), which ones are related (``links``) and which promises fell due
-(``reminders``).
+(``reminders``); and what a bot reads (``candidates``, ``ranking``): current first
+(``reconcile``), promises open until kept (``promises``), no formulaic lines (``formulaic``).
 It imports only the standard library, numpy and the ``schemas`` contracts: no I/O, no clock
 reads (time is always an argument), and every function is deterministic, so a replay of the
 event log rebuilds exactly the same state.
