@@ -6,8 +6,9 @@ strings occurs, its position the offset of the first occurrence of any of them; 
 promise shown where a ``- Open:`` line holds its span; a context line counted as small talk
 where, stripped of its day, list marker and speaker, it is a small-talk turn of the stream
 or one of its sentences, or holds one of 12 characters or more. And the baseline
-(``bm25_newest_first``): BM25 over the customer's turns, its positive-scoring turns best
-first into the token budget, shown newest first as ``[d Mon YYYY] speaker: text``. Pure.
+(``NewestFirstBM25``): BM25 over the customer's turns, its positive-scoring turns best
+first into the token budget, then the newest of the others while they fit, all shown newest
+first as ``[d Mon YYYY] speaker: text``. Pure.
 """
 
 from __future__ import annotations
@@ -115,14 +116,15 @@ class NewestFirstBM25:
 
     def context(self, question: str, budget_tokens: int) -> tuple[str, int]:
         """The context and its tokens: positive-scoring turns best first (ties: newer
-        first) while they fit, one that does not fit skipped, then shown newest first."""
+        first), then the other turns newest first, each while it fits (one that does not
+        fit is skipped), all shown newest first. The budget is filled as memstream fills
+        it: a reader of the customer's newest turns sees the current values most often."""
         scores = self.index.scores(tokenize(question))
-        order = np.lexsort((-np.arange(len(scores)), -scores))  # score, then newest
+        # by score (the non-positive all as 0), ties newest first
+        order = np.lexsort((-np.arange(len(scores)), -np.maximum(scores, 0.0)))
         chosen: list[int] = []
         used = 0
         for i in (int(i) for i in order):
-            if scores[i] <= 0:
-                break
             if used + self.costs[i] <= budget_tokens:
                 chosen.append(i)
                 used += self.costs[i]

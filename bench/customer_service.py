@@ -231,8 +231,9 @@ def render(raw: dict[str, Any], examples: list[dict[str, str]]) -> str:
         f"`POST /v1/retrieve` (budget_tokens {BUDGET}, top_k {TOP_K}) in "
         f"{t['questions']:.1f} s; {t['total']:.0f} s in all. Baseline: BM25 (Okapi, k1 1.2, "
         "b 0.75, `memory.text.tokenize`) over the customer's turns, the positive-scoring ones "
-        "best first into the same 512 tokens (the same `OnnxEncoder.count_tokens`), shown "
-        "newest first as `[d Mon YYYY] speaker: text`.",
+        "best first into the same 512 tokens (the same `OnnxEncoder.count_tokens`), then the "
+        "newest of the others while they fit, all shown newest first as "
+        "`[d Mon YYYY] speaker: text`.",
         "",
         "### Figures per stream (memstream / baseline)",
         "",

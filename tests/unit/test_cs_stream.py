@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import cs_phrases
-from bench.cs_score import SmallTalk, content_lines, score
+from bench.cs_score import NewestFirstBM25, SmallTalk, content_lines, score
 from bench.cs_stream import CsStream, Probe, generate, norm, render
 
 FORTY = 40
@@ -157,3 +157,27 @@ def test_small_talk_share_counts_lines_without_headers_or_days() -> None:
     assert len(content_lines(context)) == 6
     got = score(_probe("one_off", ("x",)), context, TALK)
     assert (got.lines, got.small_talk_lines) == (6, 4)
+
+
+def test_the_baseline_takes_its_hits_first_then_the_newest_turns_shown_newest_first() -> None:
+    events = [
+        {"event_id": f"e{i}", "ts": f"2025-03-0{i + 1}T10:00:00Z", "role": "user", "text": text}
+        for i, text in enumerate(
+            ["my address is 1 Elm Road", "the kettle is broken", "lovely weather", "ok thanks"]
+        )
+    ]
+    bm25 = NewestFirstBM25(events, lambda line: len(line.split()))
+    every, _ = bm25.context("what is the address?", 100)
+    assert [line.split("] ")[1] for line in every.splitlines()] == [
+        "user: ok thanks",
+        "user: lovely weather",
+        "user: the kettle is broken",
+        "user: my address is 1 Elm Road",
+    ]
+    # 16 words: the hit (10 with its day and speaker), then the newest that fits (6).
+    some, used = bm25.context("what is the address?", 16)
+    assert used <= 16
+    assert [line.split("] ")[1] for line in some.splitlines()] == [
+        "user: ok thanks",
+        "user: my address is 1 Elm Road",
+    ]
