@@ -109,14 +109,22 @@ def snapshot(
     return asyncio.run(read())
 
 
-def answers(process: MemstreamProcess) -> list[set[tuple[str, str]]]:
-    """(kind, id) of every item answering each demo question."""
+def answers(process: MemstreamProcess) -> list[set[tuple[str, str, str]]]:
+    """(kind, id, and a memory's text) of every item answering each demo question, in a
+    large context: a generation's memories may keep their ids (one per key) and still say
+    other things, and the ones that differ need not make a small context."""
     found = []
     with process.client() as http:
         for q in json.loads(DEMO_QUESTIONS.read_text()):
-            body = http.post("/v1/retrieve", json={"user_id": q["user_id"], "query": q["question"]})
+            ask = {"user_id": q["user_id"], "query": q["question"], "top_k": 20}
+            body = http.post("/v1/retrieve", json={**ask, "budget_tokens": 2048})
             assert body.status_code == 200, body.text
-            found.append({(i["kind"], i["id"]) for i in body.json()["items"]})
+            found.append(
+                {
+                    (i["kind"], i["id"], i["text"] if i["kind"] == "memory" else "")
+                    for i in body.json()["items"]
+                }
+            )
     return found
 
 
@@ -219,7 +227,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
         # items (memories and turns) as the fresh run's RPC, none of the first generation's
         # answers: the rebuild reads the log faster than the fresh run, and consolidation is
         # deterministic by construction (memory/consolidation_jobs.py).
-        seen: list[list[set[tuple[str, str]]]] = []
+        seen: list[list[set[tuple[str, str, str]]]] = []
 
         def switched() -> bool:
             seen.append(answers(live))
