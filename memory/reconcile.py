@@ -48,8 +48,7 @@ def newer_conversation(keys: Sequence[str], since: datetime, turns: KeyedTurns) 
     turns of the newest session that named one of them (stamped after ``since``) that name
     one, at most ``MAX_LATEST``. Empty when the memory is as new as the stream (or none of
     its keys was named since)."""
-    size = len(turns.docs)
-    start = max(int(np.searchsorted(turns.ts, since.timestamp(), side="right")), size - NEWEST_ROWS)
+    start = _first_after(since, turns)
     named = sorted({r for k in keys for r in turns.by_entity.get(k, ()) if r >= start})
     if not named:
         return []
@@ -69,8 +68,7 @@ def newer_like_sources(
     newest ``NEWEST_ROWS``; at most ``MAX_LATEST``). "The refund was issued" after "the
     refund is pending", "we moved, the new address is ..." after the old address: whatever
     the words, a statement that close in meaning is the same thing said again, newer."""
-    size = len(turns.docs)
-    start = max(int(np.searchsorted(turns.ts, since.timestamp(), side="right")), size - NEWEST_ROWS)
+    size, start = len(turns.docs), _first_after(since, turns)
     if start >= size or not sources:
         return []
     later = np.arange(start, size)[turns.salient[start:]]
@@ -78,6 +76,12 @@ def newer_like_sources(
         return []
     like = (vectors[later] @ vectors[np.asarray(sources)].T).max(axis=1) >= min_cosine
     return [int(r) for r in later[like][::-1][:MAX_LATEST]]
+
+
+def _first_after(since: datetime, turns: KeyedTurns) -> int:
+    """The first row stamped after ``since``, within the newest ``NEWEST_ROWS``."""
+    after = int(np.searchsorted(turns.ts, since.timestamp(), side="right"))
+    return max(after, len(turns.docs) - NEWEST_ROWS)
 
 
 def with_latest(text: str, lines: Sequence[str]) -> str:

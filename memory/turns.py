@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memory.formulaic import line_key
-from memory.promises import promise_sentence, reports_done
+from memory.promises import is_promise, reports_done
 from memory.text import extract_entities, is_remember_request, is_small_talk
 from schemas import InteractionEvent, StoredTurn
 
@@ -43,7 +43,7 @@ def says_something(turn: StoredTurn) -> bool:
 
 def promises(turn: StoredTurn) -> bool:
     """Whether the turn commits the agent to something for the customer (``memory.promises``)."""
-    return promise_sentence(turn.text, turn.role) is not None
+    return is_promise(turn.text, turn.role)
 
 
 def reports_something_done(turn: StoredTurn) -> bool:
