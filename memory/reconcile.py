@@ -1,12 +1,13 @@
-"""Read-time reconciliation: a memory shown to a bot is never older than the stream.
+"""Read-time reconciliation: a memory shown to a bot is never read before a newer statement.
 
 A memory changes when recurrence fires and a consolidator folds its turns in; the stream
 moves on in between ("the refund was issued", "the parcel is stuck at a hub"). So when the
 RPC shows a memory, the newest conversation about the memory's keys that came after it --
 the turns of the newest session that named one of its keys (an order number, an email),
 and the newer turns close in meaning to one of its sources ("my parcel turned up", "the
-refund was issued": whatever the wording), newer than the memory's newest source -- is
-shown as the memory's first lines, above any state the memory holds. Not a whole session:
+refund was issued": whatever the wording), newer than the memory's newest source -- competes
+for the context as turns as relevant as the memory (``memory.candidates``), and turns are
+listed newest first, above any memory older than them (``memory.ranking``). Not a whole session:
 one chat often moves on to another order (measured on the customer-service benchmark's
 development half: the turns around a named key added unrelated lines and no current value).
 Pure: the caller passes the user's turns as the RPC's turn index holds them.
@@ -82,18 +83,3 @@ def _first_after(since: datetime, turns: KeyedTurns) -> int:
     """The first row stamped after ``since``, within the newest ``NEWEST_ROWS``."""
     after = int(np.searchsorted(turns.ts, since.timestamp(), side="right"))
     return max(after, len(turns.docs) - NEWEST_ROWS)
-
-
-def with_latest(text: str, lines: Sequence[str]) -> str:
-    """A rendered memory with ``lines`` right under its title line."""
-    if not lines:
-        return text
-    title, _, rest = text.partition("\n")
-    return "\n".join([title, *lines, *([rest] if rest else [])])
-
-
-def latest_line(turn: StoredTurn) -> str:
-    """``Latest (2026-03-29): assistant: the refund was issued``: the day is the event's."""
-    return (
-        f"Latest ({turn.ts:%Y-%m-%d}): {turn.speaker or turn.role}: {' '.join(turn.text.split())}"
-    )

@@ -23,12 +23,17 @@ def memory_text(m: ConsolidatedMemory) -> str:
     """One line each: title, status, attributes, open actions with due, facts, history."""
     lines = [f"{_line(m.title)} (updated {m.updated_at.strftime(_TIME)})"]
     status = norm(m.status)
+    facts = [f for f in m.facts if not (f.attribute == "status" or norm(f.text) == status)]
     if m.status:
         when = next(
             (f.ts for f in m.facts if f.attribute == "status" and norm(f.text) == status), None
         )
+        # What was said after the state was recognised goes above it, whatever its words:
+        # no older state is read before a newer statement.
+        newer = sorted((f for f in facts if _after(f, when)), key=_newest_first)
+        lines.extend(f"- {_line(f.text)}{_day(f.ts)}" for f in newer)
+        facts = [f for f in facts if not _after(f, when)]
         lines.append(f"Status{_day(when)}: {_line(m.status)}")
-    facts = [f for f in m.facts if not (f.attribute == "status" or norm(f.text) == status)]
     attributes = sorted((f for f in facts if f.attribute), key=_newest_first)
     lines.extend(f"- {_line(f.text)}{_day(f.ts)}" for f in attributes)
     for a in m.open_actions:
@@ -43,6 +48,10 @@ def memory_text(m: ConsolidatedMemory) -> str:
         for h in history
     )
     return "\n".join(lines)
+
+
+def _after(f: Fact, when: datetime | None) -> bool:
+    return when is not None and f.ts is not None and f.ts > when
 
 
 def _newest_first(f: Fact) -> tuple[float, str]:

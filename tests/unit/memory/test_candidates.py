@@ -215,29 +215,33 @@ def test_small_talk_is_never_a_candidate() -> None:
     assert set(by_id(score("thanks blender", unit(1, 0), turns=chatty))) == {"e1"}
 
 
-def test_a_memory_behind_the_stream_leads_with_the_newest_conversation_about_its_key() -> None:
+def test_a_newer_statement_about_a_memorys_key_competes_as_a_turn_as_relevant_as_it() -> None:
     behind = memory("entity:order:a-10293", ["e2"], updated=T0 + timedelta(days=10))
     behind = behind.model_copy(update={"keys": ["order:a-10293"]})
     later = rows(
         *(
             ("e1", "my blender arrived cracked", 0, unit(1, 0), []),
             ("e2", "order A-10293 has not shipped", 10, unit(0, 1), ["order:a-10293"]),
-            ("e4", "order A-10293 was delivered today", 40, unit(0, 1), ["order:a-10293"]),
+            ("e4", "order A-10293 was delivered today", 40, unit(0, 0, 1), ["order:a-10293"]),
         )
     )
-    found = by_id(score("order A-10293", unit(0, 1), turns=later, keyed=[behind]))
+    # Found by its vector, not by a key the query names: e4 is unlike the query.
+    found = by_id(score("where is my parcel", unit(0, 1), turns=later, scored=[(behind, 0.9)]))
     shown = found[behind.memory_id]
-    lines = shown.text.splitlines()
-    assert lines[1] == "Latest (2023-06-17): user: order A-10293 was delivered today"
-    assert shown.ts == T0 + timedelta(days=40)
-    assert "e4" in shown.shows
+    assert found["e4"].relevance >= shown.relevance > 0
+    assert shown.ts == T0 + timedelta(days=10)  # the memory keeps its own time: read after e4
+    assert "e4" not in shown.shows
+    assert "delivered today" not in shown.text
+    # Found by key: the newer statement is a key match too.
+    keyed = by_id(score("anything new?", unit(1, 0), turns=later, keyed=[behind]))
+    assert keyed["e4"].relevance == KEY_MATCH_RELEVANCE
     upto = rows(
         ("e1", "my blender arrived cracked", 0, unit(1, 0), []),
         ("e2", "order A-10293 has not shipped", 10, unit(0, 1), ["order:a-10293"]),
+        ("e3", "hiking in the mountains", 30, unit(0, 0, 1), []),
     )
-    current = by_id(score("order A-10293", unit(0, 1), turns=upto, keyed=[behind]))
-    current = current[behind.memory_id]
-    assert "Latest" not in current.text  # nothing newer than its sources: shown as stored
+    current = by_id(score("where is my parcel", unit(0, 1), turns=upto, scored=[(behind, 0.9)]))
+    assert current["e3"].relevance < current[behind.memory_id].relevance  # nothing lifted
 
 
 def test_a_promise_shows_open_until_a_later_turn_keeps_it() -> None:

@@ -11,10 +11,8 @@ import pytest
 
 from memory.reconcile import (
     MAX_LATEST,
-    latest_line,
     newer_conversation,
     newer_like_sources,
-    with_latest,
 )
 from memory.text import extract_entities, is_small_talk
 from memory.turns import says_something
@@ -87,18 +85,6 @@ def test_at_most_max_latest_lines() -> None:
     long = turns(*[(i * 0.001, "s1", f"Order C-73120 update number {i} noted") for i in range(20)])
     rows = newer_conversation(["order:C-73120"], T0 - timedelta(days=1), long)
     assert rows == list(range(19, 19 - MAX_LATEST, -1))
-
-
-def test_latest_lines_go_right_under_the_title() -> None:
-    text = "Desk order (updated 2026-03-02 10:00)\nStatus (2026-03-02): faulty"
-    line = latest_line(STREAM.docs[3])
-    assert line == "Latest (2026-03-07): user: The replacement leg was delivered this morning."
-    assert with_latest(text, [line]).splitlines() == [
-        "Desk order (updated 2026-03-02 10:00)",
-        line,
-        "Status (2026-03-02): faulty",
-    ]
-    assert with_latest(text, []) == text
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,24 @@ def test_one_line_each_in_reading_order() -> None:
     ]
 
 
+def test_what_was_said_after_the_state_goes_above_it() -> None:
+    m = memory(
+        status="Order A10293 arrived with a cracked handle.",
+        facts=[
+            Fact(text="Order A10293 arrived with a cracked handle.", attribute="status", ts=T0),
+            Fact(text="My kettle turned up at last.", ts=T0 + 9 * DAY),
+            Fact(text="A replacement went out on Monday.", ts=T0 + 4 * DAY),
+            Fact(text="Ordered a kettle.", ts=T0 - DAY),
+        ],
+    )
+    assert memory_text(m).splitlines()[1:] == [
+        "- My kettle turned up at last. (2026-11-12)",  # whatever its words: newer, so first
+        "- A replacement went out on Monday. (2026-11-07)",
+        "Status (2026-11-03): Order A10293 arrived with a cracked handle.",
+        "- Ordered a kettle. (2026-11-02)",
+    ]
+
+
 def test_facts_without_times_and_a_memory_without_status() -> None:
     m = memory(facts=[Fact(text="Customer waited a week.")])
     assert memory_text(m).splitlines() == [
