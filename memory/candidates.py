@@ -21,6 +21,7 @@ from memory.due import parse_due
 from memory.formulaic import formulaic
 from memory.hierarchy import expand_in_clusters, hierarchical_search
 from memory.lexical import LexicalIndex, term_counts, tokens_of
+from memory.names import key_names, keys_named, named_rows
 from memory.promises import closed_line, fulfilment, open_line
 from memory.ranking import (
     Candidate,
@@ -127,7 +128,11 @@ def score_candidates(
     # top hits for any question about them (LoCoMo-dev: evidence shown @1024 0.840 ->
     # 0.854 without it, no category lower).
     query_tokens = tokens_of(strip_names(query, named) if named else query)
+    # A key is also asked for, and spoken of, by its names ("the oak bookcase").
+    keys = [*keys, *keys_named(query_tokens, turns)]
+    names = [n for found in key_names(keys, turns).values() for n in found]
     keyed_rows = {r for k in keys for r in turns.by_entity.get(k, ())}
+    keyed_rows |= named_rows(names, turns.lexical, turns.positions)
     if clusters is not None and mode == "hierarchical":
         # The shelf, then the book; BM25's best and key matches too.
         lexical_all = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))

@@ -112,6 +112,13 @@ class LexicalIndex:
         self._free.append(slot)
         self._rows_of = None
 
+    def having(self, terms: Sequence[str]) -> set[str]:
+        """Ids of the documents holding every one of ``terms`` (none for no terms)."""
+        postings = sorted((self._postings.get(t, {}) for t in terms), key=len)
+        if not postings:
+            return set()
+        return {d for d in postings[0] if all(d in p for p in postings[1:])}
+
     def scores(
         self, query: Sequence[str], positions: Mapping[str, int], size: int
     ) -> npt.NDArray[np.float64]:

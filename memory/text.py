@@ -320,6 +320,11 @@ _HAS_DIGIT = re.compile(r"\d")
 _HAS_LETTER = re.compile(r"[A-Za-z]")
 
 _URL_RE = re.compile(r"(?:https?://|www\.)[^\s\x00]+", re.IGNORECASE)
+# Two-part postal codes (UK "MB11 3RH", "SW1A 1AA"; Canada "K1A 0B1"): part of an address,
+# whose halves would otherwise read as two product codes.
+_POSTCODE_RE = re.compile(
+    r"(?<![A-Za-z0-9])(?:[A-Z]{1,2}\d[A-Z\d]?\s+\d[A-Z]{2}|[A-Z]\d[A-Z]\s?\d[A-Z]\d)(?![A-Za-z0-9])"
+)
 _EMAIL_RE = re.compile(
     r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 )
@@ -604,6 +609,7 @@ def extract_entities(text: str) -> list[str]:
 def _entities(text: str) -> tuple[str, ...]:
     scanner = _Scanner(_normalise(text))
     scanner.mask(_URL_RE)  # never keyed, but their paths would look like product codes
+    scanner.mask(_POSTCODE_RE)
     scanner.run(_EMAIL_RE, lambda m: f"email:{m.group(0).lower()}")
     scanner.run(_TRACKING_EN_RE, _tracking_key)
     scanner.run(_TRACKING_ZH_RE, _tracking_key)

@@ -272,3 +272,17 @@ def test_a_memory_shows_an_open_action_a_later_turn_kept_as_closed() -> None:
     text = by_id(score("kettle", unit(1, 0), turns=after, keyed=[stored]))[stored.memory_id].text
     assert "- Closed (2023-05-12): I'll arrange a collection" in text
     assert "- Open:" not in text
+
+
+def test_a_turn_naming_the_order_by_its_thing_is_a_key_match() -> None:
+    named = rows(
+        ("e1", "I ordered the oak bookcase (order #40593)", 0, unit(1, 0), ["order:40593"]),
+        ("e2", "Order #40593 is lost after Leeds", 5, unit(0, 1), ["order:40593"]),
+        ("e3", "The oak bookcase turned up at last", 9, unit(0, 0, 1), []),
+        ("e4", "hiking in the mountains", 10, unit(0, 0, 0, 1), []),
+    )
+    by_key = by_id(score("status of order #40593", unit(1), keys=["order:40593"], turns=named))
+    assert by_key["e3"].relevance == KEY_MATCH_RELEVANCE
+    by_name = by_id(score("is the oak bookcase here?", unit(0, 0, 0, 1), turns=named))
+    assert by_name["e2"].relevance == KEY_MATCH_RELEVANCE  # names only the order number
+    assert by_name["e4"].relevance < KEY_MATCH_RELEVANCE

@@ -367,3 +367,15 @@ def test_memoised_and_long_texts_answer_as_computed() -> None:
     # The memo keys on the common phrases too: heard before, the same line says nothing.
     assert is_salient(canned, frozenset(phrase_keys(canned))) is False
     assert is_salient(canned, set(phrase_keys(canned))) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I've updated your delivery address to 4 Station Road, Exeter MB11 3RH.",
+        "We moved: 10 Fern Grove, London SW1A 2AA from Monday",
+        "Ship it to 24 Sussex Drive, Ottawa K1A 0B1 please",
+    ],
+)
+def test_a_postcode_is_part_of_an_address_never_a_product_key(text: str) -> None:
+    assert extract_entities(text) == []
