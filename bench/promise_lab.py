@@ -5,7 +5,8 @@ templates are filled several times and read by ``is_promise`` (recall on PROMISE
 positives on everything else), ``reports_done`` (recall on FULFILMENTS, false positives on
 chases, promises and pending states) and ``fulfilment`` with the product's encoder: each
 promise against its true fulfilment hidden among chases of the same topic, other topics'
-fulfilments and the customer's other turns.
+fulfilments and the customer's other turns, then against the same turns without the true
+one (where any pair is wrong: it would show a promise still owed as kept).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import numpy as np
 
 from bench import cs_phrases as P
 from bench.cs_stream import COURIERS, PRODUCTS, WEEKDAYS, render
-from memory.promises import MIN_COSINE, fulfilment, is_promise, reports_done
+from memory.promises import (
+    MIN_COSINE,
+    MIN_COSINE_WITH_EVIDENCE,
+    fulfilment,
+    is_promise,
+    reports_done,
+)
 
 FILLINGS = 4
 SEED = 7
@@ -170,6 +177,7 @@ def _pairing(
     bank: Bank, rng: random.Random, encode: Callable[[list[str]], np.ndarray], *, show: bool
 ) -> None:
     outcomes = {"true": 0, "chase": 0, "other topic": 0, "other turn": 0, "none": 0}
+    absent = {"none": 0, "chase": 0, "other topic": 0, "other turn": 0}
     own: list[float] = []
     foreign: list[float] = []
     for topic, slots, promise in bank.promises:
@@ -190,6 +198,13 @@ def _pairing(
         found = fulfilment(0, list(range(1, len(texts))), vectors, done, texts)
         outcome = "none" if found is None else rows[found - 1][1]
         outcomes[outcome] += 1
+        # The same turns without the true one: a promise not kept yet must stay open.
+        true_row = 1 + [kind for _, kind in rows].index("true")
+        rest = [i for i in range(1, len(texts)) if i != true_row]
+        wrong = fulfilment(0, rest, vectors, done, texts)
+        absent["none" if wrong is None else rows[wrong - 1][1]] += 1
+        if show and wrong is not None:
+            print(f"    absent true, pairs: {promise!r} -> {texts[wrong]!r}")
         if show and outcome != "true":
             got = "-" if found is None else texts[found]
             print(
@@ -202,8 +217,14 @@ def _pairing(
             elif kind == "other topic":
                 foreign.append(cosine)
     n = len(bank.promises)
-    print(f"  fulfilment (min_cosine={MIN_COSINE}) over {n} promises:")
+    print(
+        f"  fulfilment (min_cosine={MIN_COSINE}, with evidence {MIN_COSINE_WITH_EVIDENCE})"
+        f" over {n} promises:"
+    )
     for kind, count in outcomes.items():
+        print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
+    print("  fulfilment with the true turn left out (should stay open):")
+    for kind, count in absent.items():
         print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
     q = (0.0, 0.1, 0.5, 0.9, 1.0)
     print(f"    cosine to own fulfilment, quantiles {q}: {np.quantile(own, q).round(2)}")

@@ -37,7 +37,7 @@ from memory.ranking import RankingParams
 from memory.turns import stored_turn
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_TENANT, Settings
-from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode
+from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, chatter_prototypes
 from schemas import (
     ConsolidatedMemory,
     RetrievedItem,
@@ -197,7 +197,9 @@ def retriever(
         lexical = LexicalIndex()
         for row in st.turns:
             index_turn(lexical, row.turn)
-        turns[user] = UserTurns.build(b"lab", st.turns, lexical, encoder.dim)
+        turns[user] = UserTurns.build(
+            b"lab", st.turns, lexical, encoder.dim, chatter=chatter_prototypes(encoder)
+        )
     longterm = _LongTerm(snap, {})
     r = Retriever(
         queries=QueryEncoder(encoder),
@@ -207,6 +209,7 @@ def retriever(
         short_term_candidates=0,
         params=params or RankingParams(),
         short_term_mode=mode,
+        chatter=chatter_prototypes(encoder),
     )
     r.turn_index = cast(Any, _Turns(turns))
     # What the consolidator stores as a memory's vector: the encoding of its rendered text.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -31,9 +32,10 @@ def _word_set(words: str) -> frozenset[str]:
 
 # --- words ----------------------------------------------------------------------------------
 
-# Sentences end at ., !, ? or a line break; the "?" is kept to tell questions apart. Each run
-# is possessive (and ``_WORD``'s pieces are disjoint), so a scan is linear in the text.
-_SENTENCE = re.compile(r"[^.!?\n]++[.!?]*+")
+# Sentences end at ., !, ? or a line break (not the point of "£12.50"); the "?" is kept to
+# tell questions apart. Each run is possessive (and ``_WORD``'s pieces are disjoint), so a
+# scan is linear in the text.
+_SENTENCE = re.compile(r"(?:[^.!?\n]|(?<=\d)\.(?=\d))++[.!?]*+")
 # Clause breaks inside a sentence: what one clause negates or defers says nothing of the next
 # ("I've refunded it; it will show in 3 days", "The refund came through, no problem").
 _CLAUSE = re.compile(r"[,;:()\u2013\u2014]|\s-\s|\bbut\b|\band\s+(?=i\b|we\b|it\b|the\b)")
@@ -285,7 +287,7 @@ def is_promise(text: str, role: str) -> bool:
 _PENDING = _word_set(
     """
     still yet waiting wait pending awaiting chasing whatever overdue due expected hoping hope
-    transit way hold queue processing being scheduled booked confirmation
+    transit way hold queue processing being scheduled booked confirmation ready
     dispatched shipped handed
     """
 )
@@ -305,6 +307,7 @@ _NOT_KEPT = _word_set(
     escalated noted logged raised asked approved promised told said supposed placed
     ordered bought needed wanted tried hoped expected worried annoyed confused
     interested excited disappointed frustrated surprised concerned tired pleased
+    wrong mistake error
     """
 )
 _IRREGULAR_PAST = _word_set(
@@ -313,10 +316,40 @@ _IRREGULAR_PAST = _word_set(
     did wrote drove dropped put showed arrived received
     """
 )
-# "is back", "is there", "is now on your account", "is through": the thing is where it should be.
+# "is back", "is there", "is through", "is sorted": the thing is where it should be.
 _ARRIVED_PLACES = _word_set(
     """
-    back there here through on in sorted done complete fixed
+    back there here through sorted done complete fixed
+    """
+)
+# "is in"/"is on" is arrived only where the place is the customer's ("is now on your
+# account", "is in my bank"); "is in Rugby", "is on its way", "is on hold" are still moving.
+_ARRIVED_PREPOSITIONS = _word_set(
+    """
+    in on into
+    """
+)
+_CUSTOMER_OWNED = _word_set(
+    """
+    my your our
+    """
+)
+# Participles that are a done report only after "have" ("the engineer has been", "it's
+# gone", "you've given me the code"): alone they are as often a present or infinitive.
+_HAVE_PARTICIPLES = _word_set(
+    """
+    gone come taken given done seen spoken rung written driven shown gotten
+    """
+)
+_HAVE = _word_set(
+    """
+    have has had
+    """
+)
+# Present forms that report a state, not an activity under way: "the refund is showing".
+_STATIVE_ING = _word_set(
+    """
+    showing appearing sitting reflecting
     """
 )
 
@@ -333,17 +366,98 @@ def _regular_past(word: str) -> bool:
     return len(word) > 3 and word.endswith("ed") and word not in _NOT_PAST
 
 
+def _past(word: str) -> bool:
+    return word in _IRREGULAR_PAST or _regular_past(word)
+
+
+def _under_way(words: Sequence[str]) -> bool:
+    """A clause that says something is in progress, not done: the progressive ("is being
+    packed", "is moving", "are sorting it"), custody ("it's with the warehouse"), "on its
+    way"."""
+    for i, word in enumerate(words):
+        if word in ("is", "are", "am") and i > 0:
+            _, nxt = _next_content(words, i)
+            if nxt in ("being", "with") or (
+                len(nxt) > 4 and nxt.endswith("ing") and nxt not in _STATIVE_ING
+            ):
+                return True
+        if word == "way" and i > 0 and words[i - 1] in ("its", "their", "the"):
+            return True
+    return False
+
+
+def _arrived(words: Sequence[str], i: int) -> bool:
+    """ "is back", "is there", "is now on your account", "is showing in my bank", "the
+    refund is in": the "is" or "are" at ``i`` puts the thing where it should be."""
+    j, place = _next_content(words, i)
+    if place in _STATIVE_ING:
+        j, place = _next_content(words, j)
+    if place in _ARRIVED_PREPOSITIONS:
+        return j + 1 >= len(words) or words[j + 1] in _CUSTOMER_OWNED
+    return place in _ARRIVED_PLACES
+
+
+# Where a thing is on its way through: "onto the van", "from our depot" ("to the", "in
+# the" and "at the" are as often the customer's or a time: "back to the card", "in the
+# post", "at the door", "at the weekend").
+_STEP_PREPOSITIONS = _word_set(
+    """
+    onto from
+    """
+)
+_OTHERS_PLACE = _word_set(
+    """
+    the our their us them
+    """
+)
+
+
+def _problem(word: str) -> bool:
+    """A participle or adjective of something gone wrong: "misplaced", "missent",
+    "unclaimed", "undeliverable", "missing"."""
+    return word.startswith(("mis", "un")) and word.endswith(("ed", "able", "ing"))
+
+
+def _journey_step(words: Sequence[str], i: int) -> bool:
+    """The past verb at ``i`` moves the thing between others' places, not to the customer:
+    "left the warehouse", "reached the depot", "loaded onto the van", "collected from
+    us" (but "arrived in my inbox", "reached my account", "came at last")."""
+    rest = words[i + 1 :]
+    if words[i] in ("left", "reached") and rest[:1] and rest[0] in _OTHERS_PLACE:
+        return True
+    return any(a in _STEP_PREPOSITIONS and b in _OTHERS_PLACE for a, b in pairwise(rest))
+
+
 def _clause_done(words: Sequence[str]) -> bool:
-    if (_NEGATORS | _MODALS | _NOT_KEPT) & set(words):
+    # "as arranged", "as agreed": the manner of what was done, not a step
+    words = [w for i, w in enumerate(words) if not (i and words[i - 1] == "as" and _past(w))]
+    if (_NEGATORS | _MODALS | _NOT_KEPT) & set(words) or any(map(_problem, words)):
         return False
     for i, word in enumerate(words):
-        if word in _IRREGULAR_PAST or _regular_past(word):
-            return not (word == "used" and i + 1 < len(words) and words[i + 1] == "to")
-        if word in ("is", "are") and i > 0:
-            _, place = _next_content(words, i)
-            if place in _ARRIVED_PLACES:
+        if _past(word):
+            nxt = words[i + 1] if i + 1 < len(words) else ""
+            if word == "used" and nxt == "to":
+                return False
+            if word == "got" and _participle(nxt):
+                continue  # "got held up", "got refunded": the participle says what happened
+            return not _journey_step(words, i)
+        # "has been" is a visit only at the end ("the plumber has been (and gone)"); before a
+        # participle or a place it is an auxiliary ("has been scanned", "has been in Rugby")
+        visit = word == "been" and words[i + 1 : i + 2] in ([], ["and"])
+        if (word in _HAVE_PARTICIPLES or visit) and i > 0:
+            # "has gone", "'s come", "'ve given": the auxiliary may be a noun's "'s"
+            before = words[i - 1] if words[i - 1] not in _ADVERBS or i < 2 else words[i - 2]
+            if before in _HAVE or before.endswith("'s") or before == "is":
                 return True
+        if (word in ("is", "are") or word.endswith("'s")) and i > 0 and _arrived(words, i):
+            return True
+        if word in ("see", "seen") and _owned_place(words[i + 1 :]):
+            return True  # "I can see the money in my account"
     return False
+
+
+def _owned_place(words: Sequence[str]) -> bool:
+    return any(a in _ARRIVED_PREPOSITIONS and b in _CUSTOMER_OWNED for a, b in pairwise(words))
 
 
 def _sentence_done(sentence: str) -> bool:
@@ -351,11 +465,22 @@ def _sentence_done(sentence: str) -> bool:
         return False
     # What follows "I was told" or "you promised" is what was said, not what happened; what
     # comes before "like you said" is.
-    said = _REPORTED_SPEECH.search(sentence)
-    sentence = sentence[: said.start()] if said else sentence
+    for said in _REPORTED_SPEECH.finditer(sentence):
+        after = _words(sentence[said.end() :])[:1]
+        if after and _past(after[0]):
+            # "the voucher you promised arrived": a relative clause, the main verb follows
+            sentence = sentence[: said.start()] + " " + sentence[said.end() :]
+        else:
+            sentence = sentence[: said.start()]
+        break
     if _PENDING & set(_words(sentence)):
         return False
-    return any(_clause_done(clause) for clause in _clauses(sentence))
+    clauses = _clauses(sentence)
+    # A step and the state it left ("it went through on Monday, it's with the warehouse
+    # now"): the state says the outcome is still to come.
+    if any(_under_way(clause) for clause in clauses):
+        return False
+    return any(_clause_done(clause) for clause in clauses)
 
 
 @text_memo
@@ -373,24 +498,83 @@ def reports_done(text: str) -> bool:
 
 # Measured with all-MiniLM-L6-v2 on the bank's half A (``python -m bench.promise_lab``): a
 # promise and its own fulfilment meet at 0.17-0.72 (10th percentile 0.34, median 0.53),
-# another topic's done turn at -0.04-0.64 (90th percentile 0.29). Swept 0.30-0.45 on half A:
-# 0.45 returns the true turn about as often as 0.40 (69% vs 71%) but another topic's or an
-# unrelated turn half as often (8% vs 15%); a wrong match hides a promise still owed, which
-# is worse than showing a kept one as open. A chase scores high (0.76) but is not done.
+# another topic's done turn at -0.04-0.64 (90th percentile 0.29). A turn this close keeps
+# the promise on its own; below it, down to ``MIN_COSINE_WITH_EVIDENCE``, only with a sign
+# that it is about the same thing (a shared content word, the same amount or weekday). A
+# wrong match hides a promise still owed, which is worse than showing a kept one as open.
 MIN_COSINE = 0.45
+MIN_COSINE_WITH_EVIDENCE = 0.3
 # Words that say when, not what: a weekday or "thanks" shared by two turns is no topic.
-_NOT_TOPIC = frozenset(
-    tokenize(
-        "monday tuesday wednesday thursday friday saturday sunday week weekend thanks thank "
-        "please sorry again last"
-    )
-)
+_WEEKDAYS = frozenset(tokenize("monday tuesday wednesday thursday friday saturday sunday"))
+_NOT_TOPIC = _WEEKDAYS | frozenset(tokenize("week weekend thanks thank please sorry again last"))
+# A promise's words that say when or how sure, not what ("call" and "back" do say what:
+# "a phone call" is kept by "someone called me", "the charge back" by "the money is back").
+_EMPTY_PROMISE_WORDS = PROMISE_WORDS - frozenset(tokenize("call back"))
+_AMOUNT = re.compile(r"[£$€]\s?+(\d++(?:,\d{3})*+(?:\.\d{2})?+)")
+# How much each sign adds to the cosine when ranking the candidates.
+_WORD_WEIGHT = 0.1
+_AMOUNT_WEIGHT = 0.2
+_WEEKDAY_WEIGHT = 0.05
+
+
+def _stem(word: str) -> str:
+    """Crude: "called"/"calls"/"calling" -> "call", so a verb and its noun meet."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
 
 
 def _topic_words(text: str) -> set[str]:
     # "00" and "50" of "£49.00" and "£12.50", or "10" of "10:00", name nothing
-    words = set(tokenize(text)) - PROMISE_WORDS - _NOT_TOPIC
-    return {w for w in words if not (w.isdigit() and len(w) <= 2)}
+    words = set(tokenize(text)) - _EMPTY_PROMISE_WORDS - _NOT_TOPIC
+    return {_stem(w) for w in words if not (w.isdigit() and len(w) <= 2)}
+
+
+def _amounts(text: str) -> set[str]:
+    return {m.replace(",", "").removesuffix(".00") for m in _AMOUNT.findall(text)}
+
+
+def _weekdays(text: str) -> set[str]:
+    return set(tokenize(text)) & _WEEKDAYS
+
+
+def _chases(sentence: str) -> bool:
+    """A sentence that asks after, waits for or denies something: "still no refund", "did
+    the voucher come?", "it never arrived"."""
+    words = set(_words(sentence))
+    return _is_question(sentence) or bool(words & (_PENDING | _NEGATORS))
+
+
+@text_memo
+def _about(text: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Content words, amounts and weekdays of a text."""
+    return frozenset(_topic_words(text)), frozenset(_amounts(text)), frozenset(_weekdays(text))
+
+
+def _evidence(promise: str, candidate: str) -> float | None:
+    """How much more than its cosine says ``candidate`` is about the promise's thing; None
+    where it is about another one (another amount) or chases this one (a sentence of it
+    asks after, waits for or denies something the promise names)."""
+    words, amounts, days = _about(promise)
+    other_amounts = _about(candidate)[1]
+    if amounts and other_amounts and not amounts & other_amounts:
+        return None  # "£12.50 refunded" does not keep "we'll refund the £30"
+    bonus = 0.0
+    for sentence in _sentences(candidate):
+        s_words, s_amounts, s_days = _about(sentence)
+        same = bool(words & s_words or amounts & s_amounts)
+        if not _sentence_done(sentence):
+            if same and _chases(sentence):
+                return None
+            continue
+        bonus = max(
+            bonus,
+            _WORD_WEIGHT * bool(words & s_words)
+            + _AMOUNT_WEIGHT * bool(amounts & s_amounts)
+            + _WEEKDAY_WEIGHT * bool(days & s_days),
+        )
+    return bonus
 
 
 def fulfilment(
@@ -401,22 +585,30 @@ def fulfilment(
     texts: Sequence[str],
     *,
     min_cosine: float = MIN_COSINE,
+    min_cosine_with_evidence: float = MIN_COSINE_WITH_EVIDENCE,
 ) -> int | None:
-    """The first of ``later`` (rows newer than ``promise``, in time order) that keeps the
-    promise: it reports something done (``done[row]``) about the same thing, by cosine of the
-    unit ``vectors`` at least ``min_cosine`` or a shared content word (the promise's own
-    words, "call back", "within", "days"..., and weekdays do not count). None if none does."""
+    """The one of ``later`` (rows newer than ``promise``, in time order) that keeps the
+    promise best: it reports something done (``done[row]``) about the same thing, by cosine
+    of the unit ``vectors`` at least ``min_cosine``, or at least
+    ``min_cosine_with_evidence`` with a shared content word, amount or weekday (words of
+    when, "within", "days", "soon"..., do not count). A turn that names
+    another amount, or chases the promised thing, never keeps it. Of those that do, the
+    closest by cosine plus its evidence, the first on a tie; None if none does."""
     if not later:
         return None
-    words = _topic_words(texts[promise])
     rows = np.asarray(later, dtype=np.intp)
     cosines = vectors[rows] @ vectors[promise]
+    best: int | None = None
+    best_score = -np.inf
     for row, cosine in zip(later, cosines.tolist(), strict=True):
-        if not done[row]:
+        if not done[row] or cosine < min(min_cosine, min_cosine_with_evidence):
             continue
-        if cosine >= min_cosine or words & _topic_words(texts[row]):
-            return row
-    return None
+        bonus = _evidence(texts[promise], texts[row])
+        if bonus is None or (cosine < min_cosine and bonus == 0.0):
+            continue
+        if cosine + bonus > best_score:
+            best, best_score = row, cosine + bonus
+    return best
 
 
 # --- lines ----------------------------------------------------------------------------------

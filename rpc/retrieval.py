@@ -34,6 +34,7 @@ import numpy as np
 from memory.candidates import KEY_MATCH_RELEVANCE as KEY_MATCH_RELEVANCE
 from memory.candidates import ShortTermMode as ShortTermMode
 from memory.candidates import score_candidates
+from memory.chatter import Prototypes
 from memory.clustering import Cluster
 from memory.ranking import (
     Candidate,
@@ -158,6 +159,20 @@ class QueryEncoder:
             self._cache.popitem(last=False)
 
 
+_CHATTER: dict[str, Prototypes] = {}  # model id -> its chatter prototypes
+
+
+def chatter_prototypes(encoder: TextEncoder) -> Prototypes:
+    """The chatter exemplars (``memory.chatter``) as ``encoder``'s model embeds them: once
+    a process per model (~0.5 s), not once a retriever."""
+    found = _CHATTER.get(encoder.model_id)
+    if found is None:
+        found = _CHATTER[encoder.model_id] = Prototypes.build(
+            lambda texts: encoder.encode(texts, cache=True)
+        )
+    return found
+
+
 @dataclass
 class Retriever:
     """One tenant-and-user-scoped retrieval; every store read names both (isolation)."""
@@ -174,6 +189,9 @@ class Retriever:
     # A retrieval slower than this logs when each of its steps finished (0 = never): the
     # phase histograms say that a tail exists, this line says which step made it.
     slow_ms: float = 250.0
+    # Turns this close to chatter never take budget (``chatter_prototypes``; None: only
+    # ``memory.text.is_small_talk``'s word rule).
+    chatter: Prototypes | None = None
 
     def __post_init__(self) -> None:
         self.count_tokens = TokenCounter(self.queries.encoder)
@@ -183,6 +201,7 @@ class Retriever:
             archive=self.longterm,
             max_users=self.turn_cache_users,
             max_bytes=self.turn_cache_bytes,
+            chatter=self.chatter,
         )
         self._memory_texts: dict[tuple[str, int, datetime], str] = {}
         self._slow_logged_at = -SLOW_LOG_INTERVAL_S

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from memory.chatter import Prototypes, chatter_mask
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.ranking import turn_text
 from memory.turns import promises, reports_something_done, said_as, says_something
@@ -89,6 +90,7 @@ class UserTurns:
         expected: int = 0,
         archive_seen: int = -1,
         known: UserTurns | None = None,
+        chatter: Prototypes | None = None,
     ) -> UserTurns:
         """The view of ``rows`` (in their order). What a row of ``known`` (the view it
         replaces) already holds -- its rendered line, its marks -- is reused, not read again
@@ -125,7 +127,7 @@ class UserTurns:
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
-            salient=_marks(says_something, docs, held, known.salient if known else None),
+            salient=_salient(docs, vectors, chatter, held, known.salient if known else None),
             promise=_marks(promises, docs, held, known.promise if known else None),
             done=_marks(reports_something_done, docs, held, known.done if known else None),
             line_keys=_marks(
@@ -145,6 +147,7 @@ class UserTurns:
         *,
         expected: int,
         archive_seen: int,
+        chatter: Prototypes | None = None,
     ) -> UserTurns:
         """This view with ``rows`` appended (each sorting after every row here): what a
         sync does as new turns arrive, without re-rendering the thousands already held."""
@@ -160,7 +163,8 @@ class UserTurns:
             positions[turn.event_id] = row
             for key in turn.entities:
                 by_entity[key] = [*by_entity.get(key, ()), row]
-        vectors = np.concatenate([self.vectors, np.stack([r.vector for r in rows])])
+        added = np.stack([r.vector for r in rows])
+        vectors = np.concatenate([self.vectors, added])
         return UserTurns(
             version=version,
             ids=self.ids + [t.event_id for t in docs],
@@ -174,7 +178,7 @@ class UserTurns:
             speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
             speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
             by_entity=by_entity,
-            salient=np.concatenate([self.salient, _marks(says_something, docs)]),
+            salient=np.concatenate([self.salient, _salient(docs, added, chatter)]),
             promise=np.concatenate([self.promise, _marks(promises, docs)]),
             done=np.concatenate([self.done, _marks(reports_something_done, docs)]),
             line_keys=np.concatenate([self.line_keys, _marks(said_as, docs, kind=np.int64)]),
@@ -220,6 +224,26 @@ def _marks(
     return out
 
 
+def _salient(
+    docs: Sequence[StoredTurn],
+    vectors: npt.NDArray[Any],
+    chatter: Prototypes | None,
+    held: npt.NDArray[np.intp] | None = None,
+    known: npt.NDArray[Any] | None = None,
+) -> npt.NDArray[np.bool_]:
+    """Which turns say something (``says_something``) and are not chatter by meaning
+    (``memory.chatter``, where prototypes are given); a held row keeps its mark."""
+    out = _marks(says_something, docs, held, known)
+    if chatter is None or not len(docs):
+        return out
+    fresh = out.copy() if held is None else out & (held < 0)
+    rows = np.flatnonzero(fresh)
+    if rows.size:
+        said = chatter_mask([docs[r].text for r in rows.tolist()], vectors[rows], chatter)
+        out[rows[np.asarray(said, dtype=bool)]] = False
+    return out
+
+
 def _order(row: TurnWithVector) -> tuple[float, str]:
     """Rows run by time, then event id (as a Redis timeline does): one order from any source."""
     return (row.turn.ts.timestamp(), row.turn.event_id)
@@ -241,8 +265,10 @@ class TurnIndex:
         archive: LongTermStore | None = None,
         max_users: int = 256,
         max_bytes: int = 1 << 30,
+        chatter: Prototypes | None = None,
     ) -> None:
         self.state = state
+        self.chatter = chatter  # turns this close to chatter never take a reader's budget
         self.archive = archive
         self.dim = dim
         self.max_users = max_users
@@ -321,7 +347,9 @@ class TurnIndex:
             index_turn(lexical, row.turn)
         rows = sorted(new.values(), key=_order)
         if old is not None and (not rows or _order(rows[0]) > (old.last_key() or _FIRST)):
-            return old.extended(version, rows, expected=expected, archive_seen=seen)
+            return old.extended(
+                version, rows, expected=expected, archive_seen=seen, chatter=self.chatter
+            )
         # A turn older than some held (a late event, the first load): one sorted rebuild,
         # on a CPU thread (a first load reads every text: ~1 s for 10k turns). Nothing it
         # reads changes meanwhile: views are replaced, never mutated, and ``lexical`` is
@@ -329,7 +357,14 @@ class TurnIndex:
         merged = sorted([*(old.rows() if old is not None else []), *rows], key=_order)
         return await off_loop(
             lambda: UserTurns.build(
-                version, merged, lexical, self.dim, expected=expected, archive_seen=seen, known=old
+                version,
+                merged,
+                lexical,
+                self.dim,
+                expected=expected,
+                archive_seen=seen,
+                known=old,
+                chatter=self.chatter,
             )
         )
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from memory.chatter import Prototypes
 from memory.lexical import LexicalIndex
 from schemas import StoredTurn
 from stores.redis_state import TurnWithVector
@@ -80,3 +81,27 @@ def test_a_rebuild_reuses_what_the_view_it_replaces_held() -> None:
         np.testing.assert_array_equal(getattr(rebuilt, marks), getattr(full, marks))
     assert full.salient.tolist()[:3] == [True, False, True]  # "thanks!" says nothing
     assert full.promise.tolist()[:3] == [False, False, False]  # the user's, not the agent's
+
+
+def test_turns_close_to_chatter_by_meaning_are_not_salient_built_or_appended() -> None:
+    everything = rows(12)
+    said = everything[8]  # its words are content, its vector (below) a chatter exemplar's
+    everything[8] = TurnWithVector(
+        said.turn.model_copy(update={"text": "Oh what a week it has been."}), said.vector
+    )
+    # Chatter exemplars right on row 3 ("order A-0 note 3": it names an entity) and row 8.
+    prototypes = Prototypes(
+        chatter=np.stack([everything[3].vector, everything[8].vector]),
+        content=np.zeros((0, 8), dtype=np.float32),
+    )
+    shared = lexical(everything)
+    plain = UserTurns.build(b"v", everything, shared, 8)
+    full = UserTurns.build(b"v", everything, shared, 8, chatter=prototypes)
+    grown = UserTurns.build(b"v", everything[:6], shared, 8, chatter=prototypes)
+    grown = grown.extended(b"v", everything[6:], expected=12, archive_seen=-1, chatter=prototypes)
+    np.testing.assert_array_equal(grown.salient, full.salient)
+    assert full.salient[3]  # an entity is never chatter, whatever its vector
+    assert plain.salient[8]
+    assert not full.salient[8]
+    assert full.salient[5]  # content words, another vector
+    assert not plain.salient[4]  # "thanks!": small talk by its words anyway
