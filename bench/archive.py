@@ -37,7 +37,7 @@ from bench.core import Context, Result
 from bench.retrieval_data import queries, summary, unit_rows
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_TENANT, Settings
-from rpc.retrieval import QueryEncoder, Retriever, chatter_prototypes
+from rpc.retrieval import QueryEncoder, Retriever, exemplars_of
 from schemas import RetrieveRequest, StoredTurn
 from stores.embedded import EmbeddedRedis
 from stores.encoder import OnnxEncoder
@@ -167,7 +167,7 @@ async def run(ctx: Context) -> Result:
                 longterm=store,
                 metrics=Metrics(CollectorRegistry()),
                 short_term_candidates=cap,
-                chatter=chatter_prototypes(encoder),
+                exemplars=exemplars_of(encoder),
             )
             await retriever.queries.encode("bench", texts[0])  # load the model outside the timings
             retriever.queries._cache.clear()

@@ -37,7 +37,7 @@ from memory.ranking import RankingParams
 from memory.turns import stored_turn
 from memstream.metrics import Metrics
 from memstream.settings import DEMO_TENANT, Settings
-from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, chatter_prototypes
+from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, exemplars_of
 from schemas import (
     ConsolidatedMemory,
     RetrievedItem,
@@ -198,7 +198,7 @@ def retriever(
         for row in st.turns:
             index_turn(lexical, row.turn)
         turns[user] = UserTurns.build(
-            b"lab", st.turns, lexical, encoder.dim, chatter=chatter_prototypes(encoder)
+            b"lab", st.turns, lexical, encoder.dim, exemplars=exemplars_of(encoder)
         )
     longterm = _LongTerm(snap, {})
     r = Retriever(
@@ -209,7 +209,7 @@ def retriever(
         short_term_candidates=0,
         params=params or RankingParams(),
         short_term_mode=mode,
-        chatter=chatter_prototypes(encoder),
+        exemplars=exemplars_of(encoder),
     )
     r.turn_index = cast(Any, _Turns(turns))
     # What the consolidator stores as a memory's vector: the encoding of its rendered text.

@@ -22,6 +22,7 @@ from memory.formulaic import formulaic
 from memory.hierarchy import expand_in_clusters, hierarchical_search
 from memory.lexical import LexicalIndex, term_counts, tokens_of
 from memory.names import key_names, keys_named, named_rows
+from memory.profile import lift_attributes
 from memory.promises import closed_line, fulfilment, open_line
 from memory.ranking import (
     Candidate,
@@ -80,6 +81,8 @@ class TurnRows(Protocol):
     def done(self) -> npt.NDArray[np.bool_]: ...  # rows saying something happened
     @property
     def line_keys(self) -> npt.NDArray[np.int64]: ...  # each row's words as one number
+    @property
+    def attribute(self) -> npt.NDArray[np.int8]: ...  # the standing attribute a row states
 
 
 def score_candidates(
@@ -209,6 +212,8 @@ def score_candidates(
             lifted = lifted[lifted >= 0]
             lift = KEY_MATCH_RELEVANCE if m.memory_id in keyed_ids else float(rel)
             turn_relevance[lifted] = np.maximum(turn_relevance[lifted], lift)
+    # A question about a standing attribute reads its newest statements first.
+    turn_relevance = lift_attributes(turn_relevance, turns.attribute[rows], turns.ts[rows])
     # A memory lists its sources best first for this query: each takes its own place
     # when its sources are read as a ranking of turns.
     relevance_of = _RowValues(turns, rows, turn_relevance)

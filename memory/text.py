@@ -593,6 +593,11 @@ def lookup_keys(keys: list[str]) -> list[str]:
     return sorted(out)
 
 
+def has_postal_code(text: str) -> bool:
+    """Whether ``text`` holds a two-part postal code ("Exeter MB11 3RH"): an address."""
+    return _POSTCODE_RE.search(text) is not None
+
+
 def extract_entities(text: str) -> list[str]:
     """Normalised entity keys a turn names, sorted and unique.
 

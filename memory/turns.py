@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from memory.chatter import Prototypes
 from memory.formulaic import line_key
+from memory.profile import AttributePrototypes
 from memory.promises import is_promise, reports_done
 from memory.text import extract_entities, is_remember_request, is_small_talk
+from memory.vectors import FloatArray
 from schemas import InteractionEvent, StoredTurn
+
+
+@dataclass(frozen=True)
+class Exemplars:
+    """What a turn is compared with by meaning -- chatter (``memory.chatter``) and standing
+    attributes (``memory.profile``) -- embedded once by the encoder that embeds the turns."""
+
+    chatter: Prototypes
+    attributes: AttributePrototypes
+
+    @classmethod
+    def build(cls, encode: Callable[[Sequence[str]], FloatArray]) -> Exemplars:
+        return cls(Prototypes.build(encode), AttributePrototypes.build(encode))
 
 
 def stored_turn(

@@ -34,7 +34,6 @@ import numpy as np
 from memory.candidates import KEY_MATCH_RELEVANCE as KEY_MATCH_RELEVANCE
 from memory.candidates import ShortTermMode as ShortTermMode
 from memory.candidates import score_candidates
-from memory.chatter import Prototypes
 from memory.clustering import Cluster
 from memory.ranking import (
     Candidate,
@@ -46,6 +45,7 @@ from memory.ranking import (
 )
 from memory.render import memory_text
 from memory.text import extract_entities, lookup_keys
+from memory.turns import Exemplars
 from memstream.metrics import Metrics
 from schemas import (
     ConsolidatedMemory,
@@ -159,15 +159,15 @@ class QueryEncoder:
             self._cache.popitem(last=False)
 
 
-_CHATTER: dict[str, Prototypes] = {}  # model id -> its chatter prototypes
+_EXEMPLARS: dict[str, Exemplars] = {}  # model id -> its exemplars
 
 
-def chatter_prototypes(encoder: TextEncoder) -> Prototypes:
-    """The chatter exemplars (``memory.chatter``) as ``encoder``'s model embeds them: once
-    a process per model (~0.5 s), not once a retriever."""
-    found = _CHATTER.get(encoder.model_id)
+def exemplars_of(encoder: TextEncoder) -> Exemplars:
+    """The exemplars turns are compared with (``memory.turns.Exemplars``) as ``encoder``'s
+    model embeds them: once a process per model (~0.5 s), not once a retriever."""
+    found = _EXEMPLARS.get(encoder.model_id)
     if found is None:
-        found = _CHATTER[encoder.model_id] = Prototypes.build(
+        found = _EXEMPLARS[encoder.model_id] = Exemplars.build(
             lambda texts: encoder.encode(texts, cache=True)
         )
     return found
@@ -189,9 +189,9 @@ class Retriever:
     # A retrieval slower than this logs when each of its steps finished (0 = never): the
     # phase histograms say that a tail exists, this line says which step made it.
     slow_ms: float = 250.0
-    # Turns this close to chatter never take budget (``chatter_prototypes``; None: only
-    # ``memory.text.is_small_talk``'s word rule).
-    chatter: Prototypes | None = None
+    # Chatter and standing attributes told by meaning (``exemplars_of``; None: chatter by
+    # ``memory.text.is_small_talk``'s word rule only, attributes by their values' shape).
+    exemplars: Exemplars | None = None
 
     def __post_init__(self) -> None:
         self.count_tokens = TokenCounter(self.queries.encoder)
@@ -201,7 +201,7 @@ class Retriever:
             archive=self.longterm,
             max_users=self.turn_cache_users,
             max_bytes=self.turn_cache_bytes,
-            chatter=self.chatter,
+            exemplars=self.exemplars,
         )
         self._memory_texts: dict[tuple[str, int, datetime], str] = {}
         self._slow_logged_at = -SLOW_LOG_INTERVAL_S

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from memstream.metrics import Metrics
 from memstream.settings import Settings
 from rpc.feedback import FeedbackSink
-from rpc.retrieval import QueryEncoder, Retriever, chatter_prototypes
+from rpc.retrieval import QueryEncoder, Retriever, exemplars_of
 from rpc.server import ApiDeps, create_api
 from stores.broker import EventPublisher
 from stores.longterm import LongTermStore
@@ -52,7 +52,7 @@ async def start_api(
         turn_cache_users=settings.rpc.turn_cache_users,
         turn_cache_bytes=int(settings.rpc.turn_cache_mb * 2**20),
         slow_ms=settings.rpc.slow_retrieval_ms,
-        chatter=await asyncio.to_thread(chatter_prototypes, encoder),
+        exemplars=await asyncio.to_thread(exemplars_of, encoder),
     )
     feedback = FeedbackSink(publisher, settings.topic("feedback"))
     api = create_api(

@@ -34,10 +34,11 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from memory.chatter import Prototypes, chatter_mask
+from memory.chatter import chatter_mask
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memory.profile import attributes_of
 from memory.ranking import turn_text
-from memory.turns import promises, reports_something_done, said_as, says_something
+from memory.turns import Exemplars, promises, reports_something_done, said_as, says_something
 from schemas import StoredTurn
 from stores.cpu import off_loop
 from stores.longterm import LongTermStore
@@ -73,6 +74,8 @@ class UserTurns:
     # at query time to show a promise open until a later turn keeps it (memory.promises).
     promise: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
     done: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
+    # The standing attribute a row states (``memory.profile.ATTRIBUTES`` index, -1: none).
+    attribute: npt.NDArray[np.int8] = field(default_factory=lambda: np.array([], np.int8))
     # Each row's words as one number: a line repeated word for word is formulaic.
     line_keys: npt.NDArray[np.int64] = field(default_factory=lambda: np.array([], np.int64))
     expected: int = 0  # turns ever written for the user (Redis ``tall``)
@@ -90,7 +93,7 @@ class UserTurns:
         expected: int = 0,
         archive_seen: int = -1,
         known: UserTurns | None = None,
-        chatter: Prototypes | None = None,
+        exemplars: Exemplars | None = None,
     ) -> UserTurns:
         """The view of ``rows`` (in their order). What a row of ``known`` (the view it
         replaces) already holds -- its rendered line, its marks -- is reused, not read again
@@ -127,7 +130,8 @@ class UserTurns:
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
-            salient=_salient(docs, vectors, chatter, held, known.salient if known else None),
+            salient=_salient(docs, vectors, exemplars, held, known.salient if known else None),
+            attribute=_attributes(docs, vectors, exemplars, held, known),
             promise=_marks(promises, docs, held, known.promise if known else None),
             done=_marks(reports_something_done, docs, held, known.done if known else None),
             line_keys=_marks(
@@ -147,7 +151,7 @@ class UserTurns:
         *,
         expected: int,
         archive_seen: int,
-        chatter: Prototypes | None = None,
+        exemplars: Exemplars | None = None,
     ) -> UserTurns:
         """This view with ``rows`` appended (each sorting after every row here): what a
         sync does as new turns arrive, without re-rendering the thousands already held."""
@@ -178,7 +182,8 @@ class UserTurns:
             speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
             speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
             by_entity=by_entity,
-            salient=np.concatenate([self.salient, _salient(docs, added, chatter)]),
+            salient=np.concatenate([self.salient, _salient(docs, added, exemplars)]),
+            attribute=np.concatenate([self.attribute, _attributes(docs, added, exemplars)]),
             promise=np.concatenate([self.promise, _marks(promises, docs)]),
             done=np.concatenate([self.done, _marks(reports_something_done, docs)]),
             line_keys=np.concatenate([self.line_keys, _marks(said_as, docs, kind=np.int64)]),
@@ -227,20 +232,39 @@ def _marks(
 def _salient(
     docs: Sequence[StoredTurn],
     vectors: npt.NDArray[Any],
-    chatter: Prototypes | None,
+    exemplars: Exemplars | None,
     held: npt.NDArray[np.intp] | None = None,
     known: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Which turns say something (``says_something``) and are not chatter by meaning
-    (``memory.chatter``, where prototypes are given); a held row keeps its mark."""
+    (``memory.chatter``, where exemplars are given); a held row keeps its mark."""
     out = _marks(says_something, docs, held, known)
-    if chatter is None or not len(docs):
+    if exemplars is None or not len(docs):
         return out
     fresh = out.copy() if held is None else out & (held < 0)
     rows = np.flatnonzero(fresh)
     if rows.size:
-        said = chatter_mask([docs[r].text for r in rows.tolist()], vectors[rows], chatter)
+        said = chatter_mask([docs[r].text for r in rows.tolist()], vectors[rows], exemplars.chatter)
         out[rows[np.asarray(said, dtype=bool)]] = False
+    return out
+
+
+def _attributes(
+    docs: Sequence[StoredTurn],
+    vectors: npt.NDArray[Any],
+    exemplars: Exemplars | None,
+    held: npt.NDArray[np.intp] | None = None,
+    known: UserTurns | None = None,
+) -> npt.NDArray[np.int8]:
+    """The standing attribute each turn states (``memory.profile``); a held row keeps its."""
+    prototypes = exemplars.attributes if exemplars is not None else None
+    if held is None or known is None:
+        return attributes_of(docs, vectors, prototypes)
+    out = np.zeros(len(docs), dtype=np.int8)
+    reuse = held >= 0
+    out[reuse] = known.attribute[held[reuse]]
+    fresh = np.flatnonzero(~reuse)
+    out[fresh] = attributes_of([docs[i] for i in fresh.tolist()], vectors[fresh], prototypes)
     return out
 
 
@@ -265,10 +289,10 @@ class TurnIndex:
         archive: LongTermStore | None = None,
         max_users: int = 256,
         max_bytes: int = 1 << 30,
-        chatter: Prototypes | None = None,
+        exemplars: Exemplars | None = None,
     ) -> None:
         self.state = state
-        self.chatter = chatter  # turns this close to chatter never take a reader's budget
+        self.exemplars = exemplars  # chatter and standing attributes, told by meaning
         self.archive = archive
         self.dim = dim
         self.max_users = max_users
@@ -348,7 +372,7 @@ class TurnIndex:
         rows = sorted(new.values(), key=_order)
         if old is not None and (not rows or _order(rows[0]) > (old.last_key() or _FIRST)):
             return old.extended(
-                version, rows, expected=expected, archive_seen=seen, chatter=self.chatter
+                version, rows, expected=expected, archive_seen=seen, exemplars=self.exemplars
             )
         # A turn older than some held (a late event, the first load): one sorted rebuild,
         # on a CPU thread (a first load reads every text: ~1 s for 10k turns). Nothing it
@@ -364,7 +388,7 @@ class TurnIndex:
                 expected=expected,
                 archive_seen=seen,
                 known=old,
-                chatter=self.chatter,
+                exemplars=self.exemplars,
             )
         )
 

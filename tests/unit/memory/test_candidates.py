@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memory.profile import attributes_of
 from memory.ranking import Candidate, RankingParams, turn_text
 from memory.turns import promises, reports_something_done, said_as, says_something
 from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
@@ -79,6 +80,10 @@ class Rows:
     @property
     def line_keys(self) -> npt.NDArray[np.int64]:
         return np.array([said_as(t) for t in self.docs], dtype=np.int64)
+
+    @property
+    def attribute(self) -> npt.NDArray[np.int8]:
+        return attributes_of(self.docs, self.vectors, None)
 
     @property
     def by_entity(self) -> dict[str, list[int]]:

@@ -8,6 +8,8 @@ import numpy as np
 
 from memory.chatter import Prototypes
 from memory.lexical import LexicalIndex
+from memory.profile import AttributePrototypes
+from memory.turns import Exemplars
 from schemas import StoredTurn
 from stores.redis_state import TurnWithVector
 from stores.turn_index import UserTurns, index_turn
@@ -53,7 +55,7 @@ def test_extended_equals_a_full_build() -> None:
     np.testing.assert_array_equal(grown.ts, full.ts)
     np.testing.assert_array_equal(grown.vectors, full.vectors)
     np.testing.assert_array_equal(grown.speaker_of, full.speaker_of)
-    for marks in ("salient", "promise", "done", "line_keys"):
+    for marks in ("salient", "promise", "done", "line_keys", "attribute"):
         np.testing.assert_array_equal(getattr(grown, marks), getattr(full, marks))
     assert (grown.expected, grown.archive_seen, grown.nbytes) == (12, 3, full.nbytes)
     assert grown.complete
@@ -77,7 +79,7 @@ def test_a_rebuild_reuses_what_the_view_it_replaces_held() -> None:
     held = UserTurns.build(b"v1", everything[1:], shared, 8)
     rebuilt = UserTurns.build(b"v2", everything, shared, 8, known=held)
     assert rebuilt.texts == full.texts
-    for marks in ("salient", "promise", "done", "line_keys"):
+    for marks in ("salient", "promise", "done", "line_keys", "attribute"):
         np.testing.assert_array_equal(getattr(rebuilt, marks), getattr(full, marks))
     assert full.salient.tolist()[:3] == [True, False, True]  # "thanks!" says nothing
     assert full.promise.tolist()[:3] == [False, False, False]  # the user's, not the agent's
@@ -90,15 +92,18 @@ def test_turns_close_to_chatter_by_meaning_are_not_salient_built_or_appended() -
         said.turn.model_copy(update={"text": "Oh what a week it has been."}), said.vector
     )
     # Chatter exemplars right on row 3 ("order A-0 note 3": it names an entity) and row 8.
-    prototypes = Prototypes(
-        chatter=np.stack([everything[3].vector, everything[8].vector]),
-        content=np.zeros((0, 8), dtype=np.float32),
+    exemplars = Exemplars(
+        Prototypes(
+            chatter=np.stack([everything[3].vector, everything[8].vector]),
+            content=np.zeros((0, 8), dtype=np.float32),
+        ),
+        AttributePrototypes(np.zeros((0, 8), np.float32), np.zeros(0, np.int8)),
     )
     shared = lexical(everything)
     plain = UserTurns.build(b"v", everything, shared, 8)
-    full = UserTurns.build(b"v", everything, shared, 8, chatter=prototypes)
-    grown = UserTurns.build(b"v", everything[:6], shared, 8, chatter=prototypes)
-    grown = grown.extended(b"v", everything[6:], expected=12, archive_seen=-1, chatter=prototypes)
+    full = UserTurns.build(b"v", everything, shared, 8, exemplars=exemplars)
+    grown = UserTurns.build(b"v", everything[:6], shared, 8, exemplars=exemplars)
+    grown = grown.extended(b"v", everything[6:], expected=12, archive_seen=-1, exemplars=exemplars)
     np.testing.assert_array_equal(grown.salient, full.salient)
     assert full.salient[3]  # an entity is never chatter, whatever its vector
     assert plain.salient[8]
