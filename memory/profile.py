@@ -40,7 +40,7 @@ NO_ATTRIBUTE = -1
 # exemplar; order news and chit-chat mostly below 0.45 (bench: an attribute lab on generated
 # support chats, development half).
 MIN_COSINE = 0.45
-SEEDS = 10  # the question's best turns looked at for the attributes it is about
+SEEDS = 20  # the question's best turns looked at for the attributes it is about
 NEWEST = 3  # statements of an attribute lifted: the current value and the ones it replaced
 
 # Several wordings a kind: the nearest exemplar decides. Generic on purpose (no shop, product
