@@ -21,7 +21,7 @@ from memory.due import parse_due
 from memory.formulaic import formulaic
 from memory.hierarchy import expand_in_clusters, hierarchical_search
 from memory.lexical import LexicalIndex, term_counts, tokens_of
-from memory.names import key_names, keys_named, named_rows
+from memory.names import Names, key_names, keys_named, named_rows
 from memory.profile import lift_attributes
 from memory.promises import closed_line, fulfilment, open_line
 from memory.ranking import (
@@ -83,6 +83,8 @@ class TurnRows(Protocol):
     def line_keys(self) -> npt.NDArray[np.int64]: ...  # each row's words as one number
     @property
     def attribute(self) -> npt.NDArray[np.int8]: ...  # the standing attribute a row states
+    @property
+    def names(self) -> Names: ...  # key -> the names people give it (``memory.names``)
 
 
 def score_candidates(
@@ -132,10 +134,9 @@ def score_candidates(
     # 0.854 without it, no category lower).
     query_tokens = tokens_of(strip_names(query, named) if named else query)
     # A key is also asked for, and spoken of, by its names ("the oak bookcase").
-    keys = [*keys, *keys_named(query_tokens, turns)]
-    names = [n for found in key_names(keys, turns).values() for n in found]
+    keys = [*keys, *keys_named(query_tokens, turns.names)]
     keyed_rows = {r for k in keys for r in turns.by_entity.get(k, ())}
-    keyed_rows |= named_rows(names, turns.lexical, turns.positions)
+    keyed_rows |= named_rows(key_names(keys, turns.names), turns.lexical, turns.positions)
     if clusters is not None and mode == "hierarchical":
         # The shelf, then the book; BM25's best and key matches too.
         lexical_all = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))

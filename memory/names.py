@@ -6,20 +6,20 @@ often by the thing alone: "the bookcase turned up at last". Such an apposition t
 to the key, so a later turn naming the thing is about the key, and a question naming the
 thing asks about the key. Read by grammar (a noun phrase in apposition to the key's
 mention, its last two words: the head and one modifier), not from a list of products.
-Pure: the caller passes the user's turns as the RPC's turn index holds them.
+Pure: the RPC's turn index learns each turn's names once (``names_of``); a question only
+looks them up.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
 
 from memory.lexical import LexicalIndex, tokens_of
 from memory.text import text_memo
+from schemas import StoredTurn
 
 NAME_WORDS = 2  # an English noun phrase ends in its head: "oak bookcase", "office chair"
-ROWS_PER_KEY = 32  # the newest turns naming a key that are read for its names
 WINDOW = 80  # characters read on each side of a key's mention
 MARKER_WINDOW = 24  # "(order no. #" and the like, right before the key
 _KINDS = ("order:", "product:")  # keys a thing is ordered or sold under
@@ -34,15 +34,6 @@ _BEFORE_BRACKET = re.compile(rf"\b{_DET}\s+{_WORDS}\s*\($", re.IGNORECASE)
 _BEFORE_ORDER = re.compile(rf"\b{_DET}\s+{_WORDS}\s+order\s*#?\s*$", re.IGNORECASE)
 # "order 40593 (the kettle)".
 _AFTER_BRACKET = re.compile(rf"^\s*\(\s*(?:{_DET}\s+)?{_WORDS}\s*\)", re.IGNORECASE)
-
-
-class NamedTurns(Protocol):
-    """The parts of the RPC's turn index read here (rows in time order)."""
-
-    @property
-    def texts(self) -> list[str]: ...
-    @property
-    def by_entity(self) -> dict[str, list[int]]: ...
 
 
 def names_in(text: str, key: str) -> tuple[tuple[str, ...], ...]:
@@ -86,27 +77,33 @@ def _name(phrase: str) -> tuple[str, ...]:
     return tokens[-NAME_WORDS:]
 
 
-def key_names(keys: Iterable[str], turns: NamedTurns) -> dict[str, set[tuple[str, ...]]]:
-    """Each of ``keys`` with the names its newest turns give it (keys without one left out)."""
-    out: dict[str, set[tuple[str, ...]]] = {}
-    for key in keys:
-        rows = turns.by_entity.get(key, ())[-ROWS_PER_KEY:]
-        names = {n for r in rows for n in names_in(_own_words(turns.texts[r]), key)}
-        if names:
-            out[key] = names
+Names = dict[str, frozenset[tuple[str, ...]]]  # key -> the names given it
+
+
+def names_of(turns: Iterable[StoredTurn], known: Names | None = None) -> Names:
+    """``known`` (not changed) with the names ``turns`` give their order and product keys."""
+    out = dict(known or {})
+    for turn in turns:
+        for key in turn.entities:
+            if key.startswith(_KINDS):
+                found = names_in(turn.text, key)
+                if found:
+                    out[key] = out.get(key, frozenset()) | frozenset(found)
     return out
 
 
-def keys_named(query_tokens: Sequence[str], turns: NamedTurns) -> list[str]:
-    """The user's keys a question names by one of their names ("is the oak bookcase here
-    yet?" -> ``order:40593``), sorted."""
+def key_names(keys: Iterable[str], names: Names) -> list[tuple[str, ...]]:
+    """The names of ``keys``, each once, in a stable order."""
+    return sorted({n for k in keys for n in names.get(k, ())})
+
+
+def keys_named(query_tokens: Sequence[str], names: Names) -> list[str]:
+    """The keys a question names by one of their names ("is the oak bookcase here yet?" ->
+    ``order:40593``), sorted."""
     asked = set(query_tokens)
     if not asked:
         return []
-    keys = [k for k in turns.by_entity if k.startswith(_KINDS)]
-    return sorted(
-        k for k, names in key_names(keys, turns).items() if any(asked.issuperset(n) for n in names)
-    )
+    return sorted(k for k, found in names.items() if any(asked.issuperset(n) for n in found))
 
 
 def named_rows(
@@ -114,8 +111,3 @@ def named_rows(
 ) -> set[int]:
     """Rows whose turn holds every word of one of ``names``."""
     return {positions[d] for n in names for d in lexical.having(n) if d in positions}
-
-
-def _own_words(rendered: str) -> str:
-    """A rendered turn (``[3 Nov 2026] speaker: text``) without its day and speaker."""
-    return rendered.partition(": ")[2] or rendered

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from memory.chatter import chatter_mask
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memory.names import Names, names_of
 from memory.profile import attributes_of
 from memory.ranking import turn_text
 from memory.turns import Exemplars, promises, reports_something_done, said_as, says_something
@@ -74,6 +75,7 @@ class UserTurns:
     # at query time to show a promise open until a later turn keeps it (memory.promises).
     promise: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
     done: npt.NDArray[np.bool_] = field(default_factory=lambda: np.array([], bool))
+    names: Names = field(default_factory=dict)  # key -> the names given it (memory.names)
     # The standing attribute a row states (``memory.profile.ATTRIBUTES`` index, -1: none).
     attribute: npt.NDArray[np.int8] = field(default_factory=lambda: np.array([], np.int8))
     # Each row's words as one number: a line repeated word for word is formulaic.
@@ -130,6 +132,7 @@ class UserTurns:
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
+            names=names_of(docs),
             salient=_salient(docs, vectors, exemplars, held, known.salient if known else None),
             attribute=_attributes(docs, vectors, exemplars, held, known),
             promise=_marks(promises, docs, held, known.promise if known else None),
@@ -182,6 +185,7 @@ class UserTurns:
             speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
             speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
             by_entity=by_entity,
+            names=names_of(docs, self.names),
             salient=np.concatenate([self.salient, _salient(docs, added, exemplars)]),
             attribute=np.concatenate([self.attribute, _attributes(docs, added, exemplars)]),
             promise=np.concatenate([self.promise, _marks(promises, docs)]),

@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memory.names import Names, names_of
 from memory.profile import attributes_of
 from memory.ranking import Candidate, RankingParams, turn_text
 from memory.turns import promises, reports_something_done, said_as, says_something
@@ -80,6 +81,10 @@ class Rows:
     @property
     def line_keys(self) -> npt.NDArray[np.int64]:
         return np.array([said_as(t) for t in self.docs], dtype=np.int64)
+
+    @property
+    def names(self) -> Names:
+        return names_of(self.docs)
 
     @property
     def attribute(self) -> npt.NDArray[np.int8]:

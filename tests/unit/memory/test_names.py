@@ -3,12 +3,13 @@ question naming the thing alone is about the key."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import pytest
 
 from memory.lexical import LexicalIndex, tokens_of
-from memory.names import key_names, keys_named, named_rows, names_in
+from memory.names import key_names, keys_named, named_rows, names_in, names_of
+from schemas import StoredTurn
 
 
 @pytest.mark.parametrize(
@@ -33,46 +34,51 @@ def test_a_long_run_before_the_key_is_read_in_a_bounded_window() -> None:
     assert names_in(text, "order:123") == (("thing",),)
 
 
-@dataclass
-class Turns:
-    texts: list[str]
-    by_entity: dict[str, list[int]]
-    lexical: LexicalIndex = field(default_factory=LexicalIndex)
-
-    def __post_init__(self) -> None:
-        for i, t in enumerate(self.texts):
-            self.lexical.add(f"e{i}", tokens_of(t))
-
-    @property
-    def positions(self) -> dict[str, int]:
-        return {f"e{i}": i for i in range(len(self.texts))}
+def turn(i: int, text: str, entities: list[str]) -> StoredTurn:
+    return StoredTurn(
+        event_id=f"e{i}",
+        session_id="s1",
+        role="user",
+        text=text,
+        ts=datetime(2025, 2, 3 + i, tzinfo=UTC),
+        entities=entities,
+    )
 
 
-TURNS = Turns(
-    [
-        "[3 Feb 2025] customer: I ordered the oak bookcase (order #40593) today.",
-        "[9 Feb 2025] customer: Order #40593 is stuck at the depot.",
-        "[2 Mar 2025] customer: The bookcase arrived, the oak one, all good.",
-        "[4 Mar 2025] customer: My kettle (order K-1) is fine.",
-    ],
-    {"order:40593": [0, 1], "order:K-1": [3]},
-)
+TURNS = [
+    turn(0, "I ordered the oak bookcase (order #40593) today.", ["order:40593"]),
+    turn(1, "Order #40593 is stuck at the depot.", ["order:40593"]),
+    turn(2, "The bookcase arrived, the oak one, all good.", []),
+    turn(3, "My kettle (order K-1) is fine.", ["order:K-1"]),
+]
+NAMES = names_of(TURNS)
+LEXICAL = LexicalIndex()
+for t in TURNS:
+    LEXICAL.add(t.event_id, tokens_of(t.text))
+POSITIONS = {t.event_id: i for i, t in enumerate(TURNS)}
 
 
 def test_key_names_and_the_rows_that_name_the_thing() -> None:
-    names = key_names(["order:40593", "order:77"], TURNS)
-    assert names == {"order:40593": {("oak", "bookcase")}}
-    assert named_rows(names["order:40593"], TURNS.lexical, TURNS.positions) == {0, 2}
+    assert {"order:40593": {("oak", "bookcase")}, "order:K-1": {("kettle",)}} == NAMES
+    assert key_names(["order:40593", "order:77"], NAMES) == [("oak", "bookcase")]
+    assert named_rows(key_names(["order:40593"], NAMES), LEXICAL, POSITIONS) == {0, 2}
+
+
+def test_names_learnt_from_more_turns_add_to_what_was_known() -> None:
+    more = turn(4, "order 40593 (the bookshelf) again", ["order:40593"])
+    grown = names_of([more], NAMES)
+    assert grown["order:40593"] == {("oak", "bookcase"), ("bookshelf",)}
+    assert NAMES["order:40593"] == {("oak", "bookcase")}  # not changed
 
 
 def test_a_question_naming_the_thing_asks_about_its_key() -> None:
-    assert keys_named(tokens_of("did the oak bookcase ever arrive?"), TURNS) == ["order:40593"]
-    assert keys_named(tokens_of("where is the kettle?"), TURNS) == ["order:K-1"]
-    assert keys_named(tokens_of("is the bookcase here?"), TURNS) == []  # half a name
-    assert keys_named((), TURNS) == []
+    assert keys_named(tokens_of("did the oak bookcase ever arrive?"), NAMES) == ["order:40593"]
+    assert keys_named(tokens_of("where is the kettle?"), NAMES) == ["order:K-1"]
+    assert keys_named(tokens_of("is the bookcase here?"), NAMES) == []  # half a name
+    assert keys_named((), NAMES) == []
 
 
 def test_having_every_term() -> None:
-    assert TURNS.lexical.having(["oak", "bookcase"]) == {"e0", "e2"}
-    assert TURNS.lexical.having(["oak", "kettle"]) == set()
-    assert TURNS.lexical.having([]) == set()
+    assert LEXICAL.having(["oak", "bookcase"]) == {"e0", "e2"}
+    assert LEXICAL.having(["oak", "kettle"]) == set()
+    assert LEXICAL.having([]) == set()

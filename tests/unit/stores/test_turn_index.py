@@ -52,6 +52,7 @@ def test_extended_equals_a_full_build() -> None:
     for name in ("version", "ids", "docs", "positions", "speakers", "texts", "speaker_names"):
         assert getattr(grown, name) == getattr(full, name), name
     assert grown.by_entity == full.by_entity
+    assert grown.names == full.names
     np.testing.assert_array_equal(grown.ts, full.ts)
     np.testing.assert_array_equal(grown.vectors, full.vectors)
     np.testing.assert_array_equal(grown.speaker_of, full.speaker_of)
