@@ -6,7 +6,10 @@ positives on everything else), ``reports_done`` (recall on FULFILMENTS, false po
 chases, promises and pending states) and ``fulfilment`` with the product's encoder: each
 promise against its true fulfilment hidden among chases of the same topic, other topics'
 fulfilments and the customer's other turns, then against the same turns without the true
-one (where any pair is wrong: it would show a promise still owed as kept).
+one (where any pair is wrong: it would show a promise still owed as kept), and once more
+without it but with the order's other events about the promise's own product (a delivery,
+a replacement, a refund of another amount...): a turn about the same thing but another
+act, which must not keep it either.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class Bank:
     fulfilments: list[tuple[str, str, dict[str, str], str]]  # (topic, role, slots, template)
     chases: list[str]  # templates with {topic}
     others: dict[str, list[str]]  # negatives by kind, filled
+    states: dict[str, list[str]]  # order-state templates by state, unfilled
 
 
 def _bank(half: P.Half, rng: random.Random) -> Bank:
@@ -119,7 +123,26 @@ def _bank(half: P.Half, rng: random.Random) -> Bank:
         "follow-up replies": _texts(P.half(P.FOLLOW_UP_REPLIES, half), rng),
         "one-offs": _texts([t for ts in P.ONE_OFFS.values() for t in P.half(ts, half)], rng),
     }
-    return Bank(promises, fulfilments, list(P.half(P.CHASES, half)), others)
+    by_state = {k: [t for _, t in P.half(ts, half)] for k, ts in P.STATES.items()}
+    return Bank(promises, fulfilments, list(P.half(P.CHASES, half)), others, by_state)
+
+
+# The order state that is the promised act itself (a refund promise kept by "refunded").
+_SAME_ACT = {"refund": ("refunded",)}
+SAME_PRODUCT_ROWS = 4
+
+
+def _same_product(bank: Bank, topic: str, slots: dict[str, str], rng: random.Random) -> list[str]:
+    """Other events of the promise's own product, as the order's story tells them: the same
+    product, weekdays and amounts of their own (an order's amount is not the promise's)."""
+    kinds = [k for k in bank.states if k not in _SAME_ACT.get(topic, ())]
+    out = []
+    for _ in range(SAME_PRODUCT_ROWS):
+        kind = rng.choice(kinds)
+        own = {**_slots(rng), "product": slots["product"], "part": slots["part"]}
+        own["what"] = rng.choice((f"the {own['product']}", f"my {own['product']}"))
+        out.append(_fill(rng.choice(bank.states[kind]), own, rng))
+    return out
 
 
 def _recognisers(bank: Bank, rng: random.Random, *, show: bool) -> None:
@@ -180,6 +203,9 @@ def _pairing(
     absent = {"none": 0, "chase": 0, "other topic": 0, "other turn": 0}
     own: list[float] = []
     foreign: list[float] = []
+    same_rng = random.Random(SEED + 1)  # its own draws: the figures above stay comparable
+    same_act = {"none": 0, "same product": 0, "other": 0}
+    same_with_true = {"true": 0, "same product": 0, "other": 0, "none": 0}
     for topic, slots, promise in bank.promises:
         true = _fill(rng.choice([t for tp, _, _, t in bank.fulfilments if tp == topic]), slots, rng)
         rows: list[tuple[str, str]] = [(true, "true")]
@@ -210,6 +236,33 @@ def _pairing(
             print(
                 f"    {outcome}: {promise!r} -> {got!r} (true: {true!r}, done={reports_done(true)})"
             )
+        # Without the true turn, with the product's other events: a delivery of the bookcase
+        # does not keep "a driver will come for the bookcase".
+        product_rows = _same_product(bank, topic, slots, same_rng)
+        extra = [t for i, t in enumerate(texts) if i != true_row] + product_rows
+        first_product = len(extra) - len(product_rows)
+        ex_vectors = encode(extra)
+        ex_done = np.array([False] + [reports_done(t) for t in extra[1:]])
+        paired = fulfilment(0, list(range(1, len(extra))), ex_vectors, ex_done, extra)
+        same_act[
+            "none" if paired is None else "same product" if paired >= first_product else "other"
+        ] += 1
+        if show and paired is not None and paired >= first_product:
+            print(f"    same product, other act: {promise!r} -> {extra[paired]!r}")
+        # ... and with the true turn among them, it is still the one found
+        both = [*texts, *product_rows]
+        b_vectors = encode(both)
+        b_done = np.array([False] + [reports_done(t) for t in both[1:]])
+        paired = fulfilment(0, list(range(1, len(both))), b_vectors, b_done, both)
+        same_with_true[
+            "none"
+            if paired is None
+            else "true"
+            if paired == true_row
+            else "same product"
+            if paired >= len(texts)
+            else "other"
+        ] += 1
         for i, (_, kind) in enumerate(rows, start=1):
             cosine = float(vectors[i] @ vectors[0])
             if kind == "true":
@@ -225,6 +278,15 @@ def _pairing(
         print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
     print("  fulfilment with the true turn left out (should stay open):")
     for kind, count in absent.items():
+        print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
+    print(
+        f"  fulfilment without the true turn, {SAME_PRODUCT_ROWS} events of the same product"
+        " but another act added (should stay open):"
+    )
+    for kind, count in same_act.items():
+        print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
+    print("  fulfilment with the true turn and the same-product events:")
+    for kind, count in same_with_true.items():
         print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
     q = (0.0, 0.1, 0.5, 0.9, 1.0)
     print(f"    cosine to own fulfilment, quantiles {q}: {np.quantile(own, q).round(2)}")

@@ -401,7 +401,14 @@ def _kept_by(row: int, turns: TurnRows) -> int | None:
     promise at ``row`` (``memory.promises.fulfilment``), or None."""
     end = min(row + 1 + PROMISE_HORIZON, len(turns.docs))
     later = (np.flatnonzero(turns.done[row + 1 : end]) + row + 1).tolist()  # only "done" keeps
-    return fulfilment(row, later, turns.vectors, turns.done, _Field(turns.docs, "text"))
+    return fulfilment(
+        row,
+        later,
+        turns.vectors,
+        turns.done,
+        _Field(turns.docs, "text"),
+        promised=turns.promise,
+    )
 
 
 def _closing_kept(m: ConsolidatedMemory, text: str, turns: TurnRows) -> str:

@@ -288,7 +288,7 @@ _PENDING = _word_set(
     """
     still yet waiting wait pending awaiting chasing whatever overdue due expected hoping hope
     transit way hold queue processing being scheduled booked confirmation ready
-    dispatched shipped handed
+    dispatched shipped handed despatch dispatch
     """
 )
 _REPORTED_SPEECH = re.compile(r"\b(?:promised|told|said|supposed|meant|claimed)\b", re.I)
@@ -307,7 +307,7 @@ _NOT_KEPT = _word_set(
     escalated noted logged raised asked approved promised told said supposed placed
     ordered bought needed wanted tried hoped expected worried annoyed confused
     interested excited disappointed frustrated surprised concerned tired pleased
-    wrong mistake error
+    wrong mistake error astray stolen
     """
 )
 _IRREGULAR_PAST = _word_set(
@@ -418,12 +418,67 @@ def _problem(word: str) -> bool:
     return word.startswith(("mis", "un")) and word.endswith(("ed", "able", "ing"))
 
 
-def _journey_step(words: Sequence[str], i: int) -> bool:
+# Past forms that are a step of an order's handling, never its outcome: "the order was
+# confirmed", "it has been packed and labelled", "it was rerouted". A clause's verb of this
+# kind says nothing done; another past verb in it still may ("DPD confirmed it arrived").
+_STEPS = _word_set(
+    """
+    confirmed accepted acknowledged authorised authorized verified packed packaged
+    labelled labeled scanned printed queued picked despatched dispatched rerouted
+    redirected diverted disappeared vanished stalled stranded
+    """
+)
+# Places of the carrier's network: "arrived at the sorting centre", "sent to the depot",
+# "back at the hub" move the thing between others' places (a label of the place).
+_NETWORK = _word_set(
+    """
+    depot depots hub hubs warehouse warehouses centre center facility sender
+    """
+)
+_TO_PLACE = _word_set(
+    """
+    to at in into onto by from
+    """
+)
+# An order, a payment: a past verb of it ("the order went through", "I put the order in",
+# "the payment was taken") is the start of the story unless it arrived or came back.
+_ORDERING = _word_set(
+    """
+    order purchase payment checkout
+    """
+)
+_OUTCOMES = _word_set(
+    """
+    arrived came delivered turned reached landed dropped signed received showed refunded
+    credited reimbursed repaid returned cancelled canceled
+    """
+)
+
+
+_RETURNED = _word_set(
+    """
+    back return returned returning
+    """
+)
+
+
+def _to_network(rest: Sequence[str]) -> bool:
+    """ "to the depot", "at the Leeds sorting centre", "by your warehouse"."""
+    return any(w in _TO_PLACE and _NETWORK & set(rest[i + 1 : i + 4]) for i, w in enumerate(rest))
+
+
+def _journey_step(words: Sequence[str], i: int, collecting: bool) -> bool:
     """The past verb at ``i`` moves the thing between others' places, not to the customer:
     "left the warehouse", "reached the depot", "loaded onto the van", "collected from
     us" (but "arrived in my inbox", "reached my account", "came at last")."""
     rest = words[i + 1 :]
     if words[i] in ("left", "reached") and rest[:1] and rest[0] in _OTHERS_PLACE:
+        return True
+    if _to_network(rest) and not _RETURNED & set(words) and not collecting:
+        # not "took the bookcase away to the depot", "it's back at the warehouse": a thing
+        # collected ends its journey there
+        return True
+    if _ORDERING & set(words) and words[i] not in _OUTCOMES:
         return True
     return any(a in _STEP_PREPOSITIONS and b in _OTHERS_PLACE for a, b in pairwise(rest))
 
@@ -433,6 +488,7 @@ def _clause_done(words: Sequence[str]) -> bool:
     words = [w for i, w in enumerate(words) if not (i and words[i - 1] == "as" and _past(w))]
     if (_NEGATORS | _MODALS | _NOT_KEPT) & set(words) or any(map(_problem, words)):
         return False
+    collecting = _COLLECT in _clause_acts(words)  # "picked the desk up", not "picked"
     for i, word in enumerate(words):
         if _past(word):
             nxt = words[i + 1] if i + 1 < len(words) else ""
@@ -440,7 +496,9 @@ def _clause_done(words: Sequence[str]) -> bool:
                 return False
             if word == "got" and _participle(nxt):
                 continue  # "got held up", "got refunded": the participle says what happened
-            return not _journey_step(words, i)
+            if word in _STEPS and not (word == "picked" and collecting):
+                continue  # "it was confirmed", but "DPD confirmed it arrived"
+            return not _journey_step(words, i, collecting)
         # "has been" is a visit only at the end ("the plumber has been (and gone)"); before a
         # participle or a place it is an auxiliary ("has been scanned", "has been in Rugby")
         visit = word == "been" and words[i + 1 : i + 2] in ([], ["and"])
@@ -504,6 +562,10 @@ def reports_done(text: str) -> bool:
 # wrong match hides a promise still owed, which is worse than showing a kept one as open.
 MIN_COSINE = 0.45
 MIN_COSINE_WITH_EVIDENCE = 0.3
+# A report that names the promised kind of act and says it is what was promised ("someone
+# called me back like you said") keeps it down to here: its own fulfilment in few words
+# meets a promise at 0.17 (half A's lowest).
+MIN_COSINE_REFERRED = 0.1
 # Words that say when, not what: a weekday or "thanks" shared by two turns is no topic.
 _WEEKDAYS = frozenset(tokenize("monday tuesday wednesday thursday friday saturday sunday"))
 _NOT_TOPIC = _WEEKDAYS | frozenset(tokenize("week weekend thanks thank please sorry again last"))
@@ -546,35 +608,218 @@ def _chases(sentence: str) -> bool:
     return _is_question(sentence) or bool(words & (_PENDING | _NEGATORS))
 
 
+# --- acts -----------------------------------------------------------------------------------
+
+# What kind of act a sentence names, read from its verb with its particle ("picked the desk
+# up", "dropped it off", "came for the desk") or its nominalised act ("a collection", "a
+# refund", "a ring"); the words only label. A promise about the oak bookcase is not kept by
+# a turn about the oak bookcase that names another act: "a driver will come for the oak
+# bookcase" (taken away) by "the driver dropped it off" (brought). ``_BRING`` is the
+# generic arrival at the customer's ("it arrived", "it came", "they sent it"): what
+# arrives may be the refund, the voucher, the replacement or the order itself.
+_COLLECT, _BRING, _CALL, _MONEY, _VOUCHER, _REPLACE = (
+    "collect", "bring", "call", "money", "voucher", "replace",
+)  # fmt: skip
+# A verb and the particle that makes it a movement: "pick ... up", "take ... away", "drop
+# ... off", "turn up" (within the clause, a few words on: "picked the oak desk up").
+_PHRASAL = {
+    ("pick", "up"): _COLLECT,
+    ("take", "away"): _COLLECT,
+    ("took", "away"): _COLLECT,
+    ("fetch", "away"): _COLLECT,
+    ("drop", "off"): _BRING,
+    ("turn", "up"): _BRING,
+    ("show", "up"): _BRING,
+}
+_PARTICLE_REACH = 4
+_VERB_FORMS = ("", "s", "ed", "ped", "ing", "ping", "en", "n")
+
+
+def _lemma_of(word: str, base: str) -> bool:
+    return any(word == base + ending for ending in _VERB_FORMS) or word == base
+
+
+_ACT_WORDS = {
+    _COLLECT: _word_set(
+        """
+        collect collects collected collecting collection collections pickup pickups
+        fetch fetched retrieve retrieved removal grab grabbed
+        """
+    ),
+    _BRING: _word_set(
+        """
+        arrive arrives arrived arriving deliver delivers delivered delivering land landed
+        receive received send sent post posted came come
+        """
+    ),
+    _CALL: _word_set(
+        """
+        call calls called calling ring rang rung phone phoned phoning speak spoke spoken
+        talk talked chat chatted contact contacted touch buzz bell
+        """
+    ),
+    _MONEY: _word_set(
+        """
+        refund refunds refunded refunding reimburse reimbursed reimbursement repay repaid
+        money cashback credited reverse reversed reversal
+        """
+    ),
+    _VOUCHER: _word_set(
+        """
+        voucher vouchers credit coupon coupons code codes giftcard token discount promo
+        redeem redeemed
+        """
+    ),
+    _REPLACE: _word_set(
+        """
+        replace replaced replacing replacement exchange exchanged swap swapped another
+        """
+    ),
+}
+# Movement verbs that with "for" go to take the thing: "come for", "call for", "stop by for".
+_GO_FOR = _word_set(
+    """
+    come comes came coming call calls called calling stop stops stopped pop pops popped
+    swing swung drop drops dropped be
+    """
+)
+_ON_THE_WAY = _word_set(
+    """
+    round by over along
+    """
+)
+# The generic arrival fits any act that brings something; a collection or a call is no
+# arrival.
+_BRINGS = frozenset((_BRING, _MONEY, _VOUCHER, _REPLACE))
+
+
+# "back" is money with an amount or one of these: "the delivery charge back", "paid back".
+_PAID_BACK = _word_set(
+    """
+    charge charges fee fees money credited pay paid paying cost costs
+    """
+)
+
+
+_THING_STARTS = _word_set(
+    """
+    the it your my them this that
+    """
+)
+
+
+def _clause_acts(words: Sequence[str]) -> set[str]:
+    acts = {kind for kind, names in _ACT_WORDS.items() if names & set(words)}
+    # "£12 back", "the delivery charge back", "credited back": the money
+    money = bool(_AMOUNT.search(" ".join(words)) or _PAID_BACK & set(words))
+    last_bring = max((i for i, w in enumerate(words) if w in _ACT_WORDS[_BRING]), default=-1)
+    for i, word in enumerate(words):
+        rest = words[i + 1 : i + 1 + _PARTICLE_REACH]
+        for (verb, particle), kind in _PHRASAL.items():
+            if _lemma_of(word, verb) and particle in rest:
+                acts.add(kind)
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        j = i + 1 + (nxt in _ON_THE_WAY)
+        # "a driver will come for the desk", "they'll call round for it": to take it
+        thing = words[j + 1] if j + 1 < len(words) else ""
+        if word in _GO_FOR and words[j : j + 1] == ["for"] and thing in _THING_STARTS:
+            acts.add(_COLLECT)
+            acts.discard(_CALL)
+            if last_bring < j:  # "came for the desk", not "came for it and brought a new one"
+                acts.discard(_BRING)
+        if word == "back" and i and words[i - 1] not in _ACT_WORDS[_CALL] and money:
+            acts.add(_MONEY)
+        if word == "gift" and nxt == "card":
+            acts.add(_VOUCHER)
+    return acts
+
+
+def _acts_of(sentences: Sequence[str]) -> frozenset[str]:
+    """The act kinds the sentences name: the specific ones (a collection, a refund) where
+    any is named, else the generic arrival ("the desk turned up")."""
+    acts: set[str] = set()
+    for sentence in sentences:
+        for clause in _clauses(sentence):
+            acts |= _clause_acts(clause)
+    specific = acts - {_BRING}
+    return frozenset(specific or acts)
+
+
+def _compatible(promised: frozenset[str], reported: frozenset[str]) -> bool:
+    """Whether a report of ``reported`` acts may keep a promise of ``promised`` ones: both
+    unknown, or one act the same, or one is the generic arrival of the other's thing."""
+    if not promised or not reported:
+        return True
+    return bool(promised & reported) or (
+        (_BRING in promised and bool(reported & _BRINGS))
+        or (_BRING in reported and bool(promised & _BRINGS))
+    )
+
+
+@text_memo
+def _promise_acts(text: str) -> frozenset[str]:
+    line = promise_sentence(text, "assistant")
+    return _acts_of([line] if line is not None else _sentences(text))
+
+
+# "like you said", "as promised", "as agreed", "you promised": a report that says it is the
+# thing promised ("Someone called me back like you said").
+_BACK_REFERENCE = re.compile(
+    r"\b(?:like|as)\s++(?:you\s++|we\s++|they\s++)?(?:said|promised|agreed|arranged|planned"
+    r"|discussed|mentioned)\b|\byou\s++(?:promised|said)\b|\bas\s++per\b",
+    re.I,
+)
+
+
+def _refers_back(sentence: str) -> bool:
+    return _BACK_REFERENCE.search(sentence) is not None
+
+
 @text_memo
 def _about(text: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """Content words, amounts and weekdays of a text."""
     return frozenset(_topic_words(text)), frozenset(_amounts(text)), frozenset(_weekdays(text))
 
 
-def _evidence(promise: str, candidate: str) -> float | None:
-    """How much more than its cosine says ``candidate`` is about the promise's thing; None
-    where it is about another one (another amount) or chases this one (a sentence of it
-    asks after, waits for or denies something the promise names)."""
+def _evidence(promise: str, candidate: str) -> tuple[float, bool] | None:
+    """How much more than its cosine says ``candidate`` is about the promise's act, and
+    whether a sentence that says so refers back to a promise ("like you said"); None where
+    it is about another one (another amount, another kind of act: a delivery of the desk
+    for its collection) or chases this one (a sentence of it asks after, waits for or
+    denies something the promise names)."""
     words, amounts, days = _about(promise)
     other_amounts = _about(candidate)[1]
     if amounts and other_amounts and not amounts & other_amounts:
         return None  # "£12.50 refunded" does not keep "we'll refund the £30"
-    bonus = 0.0
+    acts = _promise_acts(promise)
+    bonus, referred = 0.0, False
+    done_sentences = []
     for sentence in _sentences(candidate):
         s_words, s_amounts, s_days = _about(sentence)
-        same = bool(words & s_words or amounts & s_amounts)
+        s_acts = _acts_of([sentence])
+        same_act = bool(acts & s_acts - {_BRING})
+        same = bool(words & s_words or amounts & s_amounts or same_act)
         if not _sentence_done(sentence):
             if same and _chases(sentence):
                 return None
             continue
-        bonus = max(
-            bonus,
-            _WORD_WEIGHT * bool(words & s_words)
-            + _AMOUNT_WEIGHT * bool(amounts & s_amounts)
-            + _WEEKDAY_WEIGHT * bool(days & s_days),
-        )
-    return bonus
+        done_sentences.append(sentence)
+        sign = _WORD_WEIGHT * bool(words & s_words or same_act)
+        sign += _AMOUNT_WEIGHT * bool(amounts & s_amounts) + _WEEKDAY_WEIGHT * bool(days & s_days)
+        bonus = max(bonus, sign)
+        referred = referred or (same_act and _refers_back(sentence))
+    if not _compatible(acts, _acts_of(done_sentences)):
+        return None  # the same bookcase, but brought, not taken away
+    return bonus, referred
+
+
+def _promise_between(
+    promise: int, row: int, texts: Sequence[str], promised: npt.NDArray[np.bool_] | None
+) -> list[int]:
+    between = range(promise + 1, row)
+    if promised is not None:
+        return [r for r in between if promised[r]]
+    return [r for r in between if promise_sentence(texts[r], "assistant") is not None]
 
 
 def fulfilment(
@@ -586,26 +831,41 @@ def fulfilment(
     *,
     min_cosine: float = MIN_COSINE,
     min_cosine_with_evidence: float = MIN_COSINE_WITH_EVIDENCE,
+    min_cosine_referred: float = MIN_COSINE_REFERRED,
+    promised: npt.NDArray[np.bool_] | None = None,
 ) -> int | None:
     """The one of ``later`` (rows newer than ``promise``, in time order) that keeps the
-    promise best: it reports something done (``done[row]``) about the same thing, by cosine
+    promise best: it reports something done (``done[row]``) about the same act, by cosine
     of the unit ``vectors`` at least ``min_cosine``, or at least
-    ``min_cosine_with_evidence`` with a shared content word, amount or weekday (words of
-    when, "within", "days", "soon"..., do not count). A turn that names
-    another amount, or chases the promised thing, never keeps it. Of those that do, the
+    ``min_cosine_with_evidence`` with a shared content word, amount, weekday or kind of act
+    (words of when, "within", "days", "soon"..., do not count), or at least
+    ``min_cosine_referred`` where it names the promised kind of act and refers back to a
+    promise ("someone called me back like you said") and no other promise of that kind
+    came between (``promised``: which rows are promises, read from the texts if None). A
+    turn that names another amount or another kind of act (a delivery of the desk for its
+    collection), or chases the promised thing, never keeps it. Of those that do, the
     closest by cosine plus its evidence, the first on a tie; None if none does."""
     if not later:
         return None
     rows = np.asarray(later, dtype=np.intp)
     cosines = vectors[rows] @ vectors[promise]
+    floor = min(min_cosine, min_cosine_with_evidence, min_cosine_referred)
+    acts = _promise_acts(texts[promise])
     best: int | None = None
     best_score = -np.inf
     for row, cosine in zip(later, cosines.tolist(), strict=True):
-        if not done[row] or cosine < min(min_cosine, min_cosine_with_evidence):
+        if not done[row] or cosine < floor:
             continue
-        bonus = _evidence(texts[promise], texts[row])
-        if bonus is None or (cosine < min_cosine and bonus == 0.0):
+        found = _evidence(texts[promise], texts[row])
+        if found is None:
             continue
+        bonus, referred = found
+        if cosine < min_cosine_with_evidence or (cosine < min_cosine and bonus == 0.0):
+            if not referred or cosine < min_cosine_referred:
+                continue
+            nearer = _promise_between(promise, row, texts, promised)
+            if any(acts & _promise_acts(texts[r]) - {_BRING} for r in nearer):
+                continue  # "like you said" is the nearer promise of that kind's
         if cosine + bonus > best_score:
             best, best_score = row, cosine + bonus
     return best

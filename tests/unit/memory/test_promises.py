@@ -83,6 +83,10 @@ DONE = [
     "The fitter took the old boiler away as agreed.",
     "The plumber has been and gone.",
     "My gift card's come through.",
+    # a step verb beside the outcome, a thing collected back at the warehouse
+    "The courier confirmed it was delivered.",
+    "The driver took the desk back to the depot.",
+    "My order arrived on Monday.",
 ]
 NOT_DONE = [
     "Still no sign of the refund.",
@@ -115,6 +119,15 @@ NOT_DONE = [
     "The carrier misrouted the bike to Wales.",
     "It was sent to the wrong address.",
     "The prize draw ticket was undeliverable.",
+    # steps of an order's handling, moves between the carrier's places, the order itself
+    "Your order was confirmed on 2 March.",
+    "It has been packed and labelled.",
+    "The parcel was rerouted to Bristol.",
+    "It arrived at the sorting centre in Rugby.",
+    "The order went through on Monday.",
+    "The parcel has disappeared.",
+    "The courier says it went astray near Leeds.",
+    "I got the despatch email this morning.",
 ]
 
 
@@ -234,6 +247,91 @@ def test_fulfilment_returns_the_first_in_time_order() -> None:
     assert fulfilment(0, [2, 1], vectors, done, texts) == 2
 
 
+def test_fulfilment_rejects_the_same_thing_with_another_act() -> None:
+    texts = [
+        "Our carrier will come for the garden parasol on Thursday.",
+        "The garden parasol was delivered on Thursday.",  # the parasol, but brought
+        "I've sent a replacement garden parasol out.",  # the parasol, but another one sent
+    ]
+    vectors = _unit([1, 0], [0.9, 0.44], [0.85, 0.53])  # closer than MIN_COSINE
+    done = np.array([False, True, True])
+    assert fulfilment(0, [1, 2], vectors, done, texts) is None
+    texts.append("The carrier picked the garden parasol up this morning.")
+    vectors = _unit([1, 0], [0.9, 0.44], [0.85, 0.53], [0.8, 0.6])
+    done = np.array([False, True, True, True])
+    assert fulfilment(0, [1, 2, 3], vectors, done, texts) == 3
+
+
+def test_fulfilment_a_refund_is_not_kept_by_a_call_or_a_voucher() -> None:
+    texts = [
+        "We'll pay the £25 for the toaster back to your card.",
+        "Your team phoned me about the £25 on Monday.",
+        "A £25 discount code reached my inbox.",
+        "The £25 reimbursement came through.",
+    ]
+    vectors = _unit([1, 0], [0.9, 0.44], [0.9, 0.44], [0.6, 0.8])
+    done = np.array([False, True, True, True])
+    assert fulfilment(0, [1, 2], vectors, done, texts) is None
+    assert fulfilment(0, [1, 2, 3], vectors, done, texts) == 3
+
+
+@pytest.mark.parametrize(
+    ("promise", "act"),
+    [
+        ("The courier will call round for the bench on Monday.", "collect"),
+        ("I'll arrange for the drinks cabinet to be picked up.", "collect"),
+        ("Our manager will phone you on Friday.", "call"),
+        ("You'll get the £3.95 postage charge back.", "money"),
+        ("I'm adding a gift card for the trouble.", "voucher"),
+        ("We'll swap the faulty speaker for a new one.", "replace"),
+        ("The spare battery will be delivered tomorrow.", "bring"),
+    ],
+)
+def test_the_act_a_promise_names(promise: str, act: str) -> None:
+    assert promises._promise_acts(promise) == {act}
+
+
+def test_fulfilment_by_the_same_kind_of_act_in_other_words() -> None:
+    texts = ["You'll get £15 account credit for the delay.", "The coupon landed in my email."]
+    vectors = _unit([1, 0], [0.35, 0.94])  # under MIN_COSINE, no word in common
+    done = np.array([False, True])
+    assert fulfilment(0, [1], vectors, done, texts) == 1
+
+
+def test_fulfilment_by_a_report_that_refers_back() -> None:
+    texts = ["Our manager will phone you on Friday.", "Your manager rang me, as promised."]
+    vectors = _unit([1, 0], [0.15, 0.99])  # far apart by cosine
+    done = np.array([False, True])
+    assert fulfilment(0, [1], vectors, done, texts) == 1
+    texts[1] = "Your manager rang me."  # no reference back: too far apart
+    assert fulfilment(0, [1], vectors, done, texts) is None
+    texts[1] = "The lamp arrived, as promised."  # refers back, but another act
+    assert fulfilment(0, [1], vectors, done, texts) is None
+
+
+def test_a_chase_that_refers_back_never_keeps() -> None:
+    texts = ["Our manager will phone you on Friday.", "Still no phone call you promised me."]
+    vectors = _unit([1, 0], [0.9, 0.44])
+    assert not reports_done(texts[1])
+    # even where a caller takes it for done, it chases the promised act
+    assert fulfilment(0, [1], vectors, np.array([False, True]), texts) is None
+
+
+def test_a_reference_back_goes_to_the_nearer_promise_of_its_kind() -> None:
+    texts = [
+        "I'll ring you on Monday about the boiler.",
+        "Our supervisor will call you on Wednesday as well.",
+        "Someone phoned me like you said.",
+    ]
+    vectors = _unit([1, 0, 0], [0, 1, 0], [0.15, 0.15, 0.98])
+    done = np.array([False, False, True])
+    assert fulfilment(0, [2], vectors, done, texts) is None
+    assert fulfilment(1, [2], vectors, done, texts) == 2
+    # the callers' own flags of which rows are promises are used where given
+    flags = np.array([True, False, False])
+    assert fulfilment(0, [2], vectors, done, texts, promised=flags) == 2
+
+
 # The shared linear-time test lists its modules; this module's patterns get the same check.
 @pytest.mark.parametrize(
     ("name", "pattern"), sorted(adversarial.module_patterns(("memory.promises",)).items())
@@ -248,7 +346,14 @@ def test_patterns_are_linear(name: str, pattern: re.Pattern[str]) -> None:
 @pytest.mark.parametrize("fn", [reports_done, lambda t: is_promise(t, "assistant")])
 def test_functions_are_linear(fn: object) -> None:
     assert callable(fn)
-    texts = [*adversarial.runs(8_000), "will also " * 800, "let me " * 1_100, "I am " * 1_600]
+    texts = [
+        *adversarial.runs(8_000),
+        "will also " * 800,
+        "let me " * 1_100,
+        "I am " * 1_600,
+        "came for the " * 700,
+        "picked it up " * 700,
+    ]
     for text in texts:
         start = time.perf_counter()
         fn(text)
