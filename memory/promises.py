@@ -635,8 +635,11 @@ _PARTICLE_REACH = 4
 _VERB_FORMS = ("", "s", "ed", "ped", "ing", "ping", "en", "n")
 
 
-def _lemma_of(word: str, base: str) -> bool:
-    return any(word == base + ending for ending in _VERB_FORMS) or word == base
+# Every form of a phrasal verb -> its (particle, act) pairs: one lookup a word.
+_PHRASAL_FORMS: dict[str, list[tuple[str, str]]] = {}
+for (_verb, _particle), _kind in _PHRASAL.items():
+    for _ending in _VERB_FORMS:
+        _PHRASAL_FORMS.setdefault(_verb + _ending, []).append((_particle, _kind))
 
 
 _ACT_WORDS = {
@@ -715,8 +718,8 @@ def _clause_acts(words: Sequence[str]) -> set[str]:
     last_bring = max((i for i, w in enumerate(words) if w in _ACT_WORDS[_BRING]), default=-1)
     for i, word in enumerate(words):
         rest = words[i + 1 : i + 1 + _PARTICLE_REACH]
-        for (verb, particle), kind in _PHRASAL.items():
-            if _lemma_of(word, verb) and particle in rest:
+        for particle, kind in _PHRASAL_FORMS.get(word, ()):
+            if particle in rest:
                 acts.add(kind)
         nxt = words[i + 1] if i + 1 < len(words) else ""
         j = i + 1 + (nxt in _ON_THE_WAY)
