@@ -6,7 +6,9 @@ information, and which entities (orders, emails, phones, dates, products, parcel
 then how consolidated memories are written (``extractive``, ``merge``, ``due``), how strong
 they are (``strength``), which ones are related (``links``) and which promises fell due
 (``reminders``); and what a bot reads (``candidates``, ``ranking``): current first
-(``reconcile``), promises open until kept (``promises``), no formulaic lines (``formulaic``).
+(``reconcile``), an order found by its names (``names``), standing attributes newest first
+(``profile``), promises open until kept (``promises``), no chatter or formulaic lines
+(``chatter``, ``formulaic``).
 It imports only the standard library, numpy and the ``schemas`` contracts: no I/O, no clock
 reads (time is always an argument), and every function is deterministic, so a replay of the
 event log rebuilds exactly the same state.
