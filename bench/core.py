@@ -26,12 +26,14 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "LoCoMo-dev R@10 (source turns ranked)",
     "LoCoMo-dev evidence shown @1024 tokens",
     "LoCoMo-dev evidence shown @512 tokens",
+    "LoCoMo-dev evidence shown @256 tokens",
     *(
         f"{row}, {category}"
         for row in (
             "LoCoMo-dev R@10 (source turns ranked)",
             "LoCoMo-dev evidence shown @1024 tokens",
             "LoCoMo-dev evidence shown @512 tokens",
+            "LoCoMo-dev evidence shown @256 tokens",
         )
         for category in ("1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop")
     ),

@@ -167,10 +167,10 @@ CREDITED = quality_lab.CREDITED
 POSITION_METRICS = quality_lab.POSITION_METRICS
 TITLE = "## Retrieval quality (LoCoMo-dev)"
 COLUMNS = (
-    "R@5", "R@10", "R@20", "Hit@10", "MRR", "ER@512", "ER@1024",
+    "R@5", "R@10", "R@20", "Hit@10", "MRR", "ER@256", "ER@512", "ER@1024",
     f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}",
 )  # fmt: skip
-PER_CATEGORY = ("R@10", "MRR", "ER@512", "ER@1024")
+PER_CATEGORY = ("R@10", "MRR", "ER@256", "ER@512", "ER@1024")
 CATEGORIES = ("1", "2", "3", "4")
 GROUP_NAMES = {"1-4": "categories 1–4", **{str(c): n for c, n in locomo.CATEGORY_NAMES.items()}}
 # The headline rows (bench/core.py HEADLINE_ROWS): figure -> the metric it reads.
@@ -178,8 +178,14 @@ R10_ROW = "LoCoMo-dev R@10 (source turns ranked)"
 SHOWN_ROWS = {
     1024: "LoCoMo-dev evidence shown @1024 tokens",
     512: "LoCoMo-dev evidence shown @512 tokens",
+    256: "LoCoMo-dev evidence shown @256 tokens",
 }
 ROW_METRICS = {R10_ROW: "R@10", **{row: f"ER@{b}" for b, row in SHOWN_ROWS.items()}}
+# A small model's window: there the organised memory must earn the most per token.
+_TARGETS = {
+    "R@10": ">= 0.65 and >= 1.15x best baseline",
+    "ER@256": ">= 0.8 and >= 1.25x best baseline",
+}
 Summary = dict[str, dict[str, Scores]]  # system -> group -> metric -> mean
 SPAN = RankingParams().strength_span
 
@@ -443,10 +449,9 @@ def headline_rows(summary: Summary) -> list[Row]:
     rows = []
     for row, metric in ROW_METRICS.items():
         best = best_baseline(summary, "1-4", metric)
-        floor = 0.65 if metric == "R@10" else 0.72
         rows.append(
             Row(row, ms["1-4"][metric], summary[best]["1-4"][metric], f"{best} (same run)",
-                target=f">= {floor} and >= 1.15x best baseline")
+                target=_TARGETS.get(metric, ">= 0.72 and >= 1.15x best baseline"))
         )  # fmt: skip
     for row, metric in ROW_METRICS.items():
         for group in CATEGORIES:

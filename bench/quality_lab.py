@@ -55,7 +55,7 @@ TOP_K = locomo.TOP_K
 # The context calls ask for as many items as the API allows, so the budget, not top_k, is
 # what binds -- as for a baseline filling the budget from its whole ranking.
 CONTEXT_TOP_K = 50
-BUDGETS = (512, 1024)
+BUDGETS = (256, 512, 1024)
 RANK_BUDGET = 8192  # every top-20 fits: the response lists the whole ranking
 POSITION_RULE = " (memory = 1 position)"
 CREDITED = " credited"
@@ -320,7 +320,7 @@ def main() -> None:
             raise SystemExit(f"unknown parameter {name!r}: one of {', '.join(fields)}")
         changes[name] = type(getattr(RankingParams(), name))(value)
     params = RankingParams(**changes)
-    metrics = ("R@10", "ER@512", "ER@1024", f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}")
+    metrics = ("R@10", "ER@256", "ER@512", "ER@1024", f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}")
     for mode in args.mode or MODES:
         summary = locomo.aggregate(answer(snap, questions, texts, encoder, mode, params), questions)
         for group in ("1-4", "1", "2", "3", "4"):
