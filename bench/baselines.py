@@ -27,6 +27,7 @@ from bench.locomo import (
     Question,
     Scores,
     Turn,
+    answer_tokens,
     context_coverage,
     evidence_recall,
     fill_budget,
@@ -220,6 +221,7 @@ def score_baselines(
                     )  # fmt: skip
                     covered = context_coverage(got.text, got.dia_ids, (), {})
                     s[f"ER@{budget}{suffix}"] = evidence_recall(covered, q.evidence)
+                    s[f"AT@{budget}{suffix}"] = answer_tokens(got.text, q.answer)
                     s[f"items@{budget}{suffix}"] = float(len(got.dia_ids))
                     s[f"tokens@{budget}{suffix}"] = float(got.tokens)
             per[baseline.name][q.question_id] = s

@@ -27,6 +27,8 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "LoCoMo-dev evidence shown @1024 tokens",
     "LoCoMo-dev evidence shown @512 tokens",
     "LoCoMo-dev evidence shown @256 tokens",
+    "LoCoMo-dev answer tokens @256 tokens",
+    "LoCoMo-dev answer tokens @1024 tokens",
     *(
         f"{row}, {category}"
         for row in (
@@ -34,6 +36,8 @@ HEADLINE_ROWS: tuple[str, ...] = (
             "LoCoMo-dev evidence shown @1024 tokens",
             "LoCoMo-dev evidence shown @512 tokens",
             "LoCoMo-dev evidence shown @256 tokens",
+            "LoCoMo-dev answer tokens @256 tokens",
+            "LoCoMo-dev answer tokens @1024 tokens",
         )
         for category in ("1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop")
     ),

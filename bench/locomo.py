@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
+from memory.text import tokenize
 from schemas import EventMetadata, InteractionEvent
 
 DATA_DIR = "locomo-dev"
@@ -76,6 +77,7 @@ class Question:
     question: str
     category: int
     evidence: tuple[str, ...]  # dia_ids
+    answer: str = ""  # the gold answer, as text
 
     @property
     def adversarial(self) -> bool:
@@ -138,6 +140,7 @@ def load_questions(shared_bench: Path, conversations: Collection[str]) -> list[Q
                 question=str(d["question"]),
                 category=int(str(d["category"])),
                 evidence=tuple(str(e) for e in evidence),
+                answer=str(d.get("answer") or ""),
             )
         )
     return questions
@@ -229,6 +232,43 @@ def evidence_recall(covered: Collection[str], evidence: Collection[str]) -> floa
     if not evidence:
         raise ValueError("a question without evidence cannot be scored")
     return len(set(evidence) & set(covered)) / len(set(evidence))
+
+
+_MONTH_NAMES = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
+_MONTH_FORM = {m: m[:3] for m in _MONTH_NAMES} | {"sept": "sep"}
+
+
+def answer_words(text: str) -> frozenset[str]:
+    """The content words a gold answer is scored by: ``memory.text.tokenize``'s (lowercase,
+    stop words dropped), a month by its three letters ("May", "august" -> "may", "aug")."""
+    return frozenset(_MONTH_FORM.get(t, t) for t in tokenize(text))
+
+
+def _plain_words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[^\W_]+", text.lower()))
+
+
+def answer_tokens(context: str, answer: str) -> float:
+    """Share of the answer's content words that appear in ``context``: what a reader can
+    answer from. An answer of stop words only ("no") is scored by its plain words."""
+    want = answer_words(answer) or _plain_words(answer)
+    if not want:
+        return 1.0
+    have = answer_words(context) | _plain_words(context)
+    return len(want & have) / len(want)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

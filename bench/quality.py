@@ -167,10 +167,11 @@ CREDITED = quality_lab.CREDITED
 POSITION_METRICS = quality_lab.POSITION_METRICS
 TITLE = "## Retrieval quality (LoCoMo-dev)"
 COLUMNS = (
-    "R@5", "R@10", "R@20", "Hit@10", "MRR", "ER@256", "ER@512", "ER@1024",
+    "R@5", "R@10", "R@20", "Hit@10", "MRR", "ER@256", "ER@512", "ER@1024", "AT@256", "AT@512",
+    "AT@1024",
     f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}",
 )  # fmt: skip
-PER_CATEGORY = ("R@10", "MRR", "ER@256", "ER@512", "ER@1024")
+PER_CATEGORY = ("R@10", "MRR", "ER@256", "ER@512", "ER@1024", "AT@256", "AT@1024")
 CATEGORIES = ("1", "2", "3", "4")
 GROUP_NAMES = {"1-4": "categories 1–4", **{str(c): n for c, n in locomo.CATEGORY_NAMES.items()}}
 # The headline rows (bench/core.py HEADLINE_ROWS): figure -> the metric it reads.
@@ -180,11 +181,22 @@ SHOWN_ROWS = {
     512: "LoCoMo-dev evidence shown @512 tokens",
     256: "LoCoMo-dev evidence shown @256 tokens",
 }
-ROW_METRICS = {R10_ROW: "R@10", **{row: f"ER@{b}" for b, row in SHOWN_ROWS.items()}}
+# Answer tokens: the share of the gold answer's content words in the context.
+ANSWER_ROWS = {
+    256: "LoCoMo-dev answer tokens @256 tokens",
+    1024: "LoCoMo-dev answer tokens @1024 tokens",
+}
+ROW_METRICS = {
+    R10_ROW: "R@10",
+    **{row: f"ER@{b}" for b, row in SHOWN_ROWS.items()},
+    **{row: f"AT@{b}" for b, row in ANSWER_ROWS.items()},
+}
 # A small model's window: there the organised memory must earn the most per token.
 _TARGETS = {
     "R@10": ">= 0.65 and >= 1.15x best baseline",
     "ER@256": ">= 0.8 and >= 1.25x best baseline",
+    "AT@256": ">= 0.75 and >= 1.25x best baseline",
+    "AT@1024": ">= 0.85",
 }
 Summary = dict[str, dict[str, Scores]]  # system -> group -> metric -> mean
 SPAN = RankingParams().strength_span
@@ -311,6 +323,9 @@ MEASURED = [
     "source it was built from. Baselines fill the same budget with their top turns, written "
     "in their own format, best first, skipping one that does not fit (memstream's rule), "
     "counted by the same `OnnxEncoder.count_tokens`; for them the two rules agree.",
+    "- **AT@B, answer tokens**: the share of the gold answer's content words (stop words "
+    "dropped, a month as its three letters) that appear anywhere in the same context: what "
+    "a reader can answer from, whatever holds it; the same rule for every system.",
     "- Formats: `text`, `text + caption`, `speaker (date): text` (`Caroline (8 May, 2023): "
     "...`), `speaker (date): text + caption`. BM25: Okapi, k1 1.2, b 0.75, over "
     "`memory.text.tokenize`; MiniLM: the int8 all-MiniLM-L6-v2 ONNX memstream runs; "

@@ -261,6 +261,7 @@ def score_answers(
         sources = [d for i in got.items for d in _sources(i, q.conversation_id)]
         s[f"ER@{budget}"] = locomo.evidence_recall(shown, q.evidence)
         s[f"ER@{budget}{CREDITED}"] = locomo.evidence_recall(shown | set(sources), q.evidence)
+        s[f"AT@{budget}"] = locomo.answer_tokens(got.context, q.answer)
         s[f"items@{budget}"] = float(len(got.items))
         s[f"memories@{budget}"] = float(sum(i.kind == "memory" for i in got.items))
         s[f"tokens@{budget}"] = float(got.context_tokens)

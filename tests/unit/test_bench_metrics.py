@@ -13,6 +13,8 @@ from bench.locomo import (
     Question,
     Turn,
     aggregate,
+    answer_tokens,
+    answer_words,
     context_coverage,
     dia_id_of,
     evidence_recall,
@@ -191,3 +193,14 @@ def test_turn_formats_and_event() -> None:
     assert event.ts == datetime(2023, 5, 8, 13, 56, 40, tzinfo=UTC)
     assert event.metadata.speaker == "Caroline"
     assert event.text.endswith("[shares a photo: a dog on a beach]")
+
+
+def test_answer_tokens_share_of_the_answers_content_words_in_the_context() -> None:
+    assert answer_words("7 May 2023") == {"7", "may", "2023"}
+    assert answer_words("in August, the lake") == {"aug", "lake"}  # stop words out
+    context = "[8 May 2023]\nCaroline: We went to the lake in Aug"
+    assert answer_tokens(context, "the lake in August") == 1.0
+    assert answer_tokens(context, "7 May 2023") == 2 / 3  # "7" is not there
+    assert answer_tokens(context, "No") == 0.0  # stop words only: its plain words
+    assert answer_tokens("no, never", "No") == 1.0
+    assert answer_tokens(context, "") == 1.0
