@@ -161,10 +161,7 @@ def score_candidates(
     # ``memory.reconcile``) compete as turns as relevant as the memory: listed newest first,
     # they are read before anything older, the memory included. Not a topic's: on LoCoMo-dev
     # its like-meaning newer turns took places from better ones (R@10 0.777 -> 0.758).
-    newer = [
-        _newer_statements(m, ts, turns) if _entity_keys(m) else []
-        for m, ts in zip(memory_list, memory_ts, strict=True)
-    ]
+    newer = [_newer_statements(m, ts, turns) for m, ts in zip(memory_list, memory_ts, strict=True)]
     # A memory found only by key has no cosine here: the lowest found stands in (its
     # relevance is the key match's anyway).
     floor = min(dense_of.values(), default=0.0)
@@ -358,9 +355,13 @@ def _best_first(ids: list[str], rank_of: Mapping[str, float]) -> tuple[str, ...]
 
 
 def _newer_statements(m: ConsolidatedMemory, since: datetime, turns: TurnRows) -> list[int]:
-    """Rows newer than the memory that lead it, newest first: the newest conversation about
-    its keys, and turns like its sources (``memory.reconcile``)."""
-    keyed = newer_conversation(_entity_keys(m), since, turns)
+    """Rows newer than a keyed memory that are read before it, newest first: the newest
+    conversation about its keys, and turns like its sources (``memory.reconcile``); none
+    for a memory without entity keys (a topic)."""
+    keys = _entity_keys(m)
+    if not keys:
+        return []
+    keyed = newer_conversation(keys, since, turns)
     sources = [turns.positions[e] for e in m.source_event_ids if e in turns.positions]
     like = newer_like_sources(sources, since, turns, turns.vectors)
     return sorted({*keyed, *like}, key=lambda r: (-turns.ts[r], -r))[:MAX_LATEST]
@@ -397,8 +398,8 @@ def _promise_body(row: int, turns: TurnRows) -> str:
 
 
 def _kept_by(row: int, turns: TurnRows) -> int | None:
-    """The row of the first later turn (of the next ``PROMISE_HORIZON``) that keeps the
-    promise at ``row`` (``memory.promises.fulfilment``), or None."""
+    """The row of the later turn (of the next ``PROMISE_HORIZON``) that keeps the promise at
+    ``row`` best (``memory.promises.fulfilment``), or None."""
     end = min(row + 1 + PROMISE_HORIZON, len(turns.docs))
     later = (np.flatnonzero(turns.done[row + 1 : end]) + row + 1).tolist()  # only "done" keeps
     return fulfilment(

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from schemas import StoredTurn
 
-MAX_LATEST = 6  # lines from the newest conversation: one session rarely says more
+MAX_LATEST = 6  # newer rows a memory brings in: one session rarely says more
 NEWEST_ROWS = 512  # how far back from the newest turn a conversation is looked for
 # all-MiniLM-L6-v2 cosines, measured: an address or a refund restated with other words
 # 0.65-0.73, a phone 0.61; statements about different things 0.1-0.2.
