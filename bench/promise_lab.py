@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -32,6 +33,79 @@ from memory.promises import (
 
 FILLINGS = 4
 SEED = 7
+
+# Half C: promises and their fulfilments written for this lab alone, after half B had been
+# measured, in wordings of their own; development data like half A (its misses are shown),
+# read with half A's negatives. The stream never uses them.
+FRESH_PROMISES: dict[str, tuple[str, ...]] = {
+    "collection": (
+        "Our courier will swing by for the {product} on {weekday}.",
+        "I've scheduled {courier} to fetch the {product} on {weekday}.",
+        "We will get the {product} picked up from you on {weekday}.",
+        "Leave the {product} by the door and a driver will take it on {weekday}.",
+        "I'll organise a return pickup for the {product} this {weekday}.",
+        "Someone will come round to take the {product} back on {weekday}.",
+    ),
+    "refund": (
+        "I'll process a refund of {amount} today.",
+        "You will be reimbursed {amount} within a week.",
+        "We're going to credit {amount} back to your card.",
+        "Your {amount} will be paid back in 3 to 5 days.",
+        "I'll make sure the {amount} is returned to you.",
+        "We'll pay back the {amount} by {weekday}.",
+    ),
+    "callback": (
+        "I'll get a supervisor to phone you on {weekday}.",
+        "We will ring you back on {weekday} morning.",
+        "Somebody will give you a call on {weekday}.",
+        "I'll phone you on {weekday} once the warehouse replies.",
+        "Our team will be in touch by phone on {weekday}.",
+        "I'll call you on {weekday} to confirm.",
+    ),
+    "voucher": (
+        "I'll send over a {amount} voucher by email.",
+        "We'll issue you a {amount} gift card as an apology.",
+        "You'll get a {amount} code for your next order.",
+        "I'll put {amount} of goodwill credit on your account.",
+        "We're going to give you {amount} in store credit.",
+        "I'll email a discount code worth {amount} today.",
+    ),
+}
+FRESH_FULFILMENTS: dict[str, tuple[P.Template, ...]] = {
+    "collection": (
+        (P.U, "Your driver turned up on {weekday} and the {product} is gone."),
+        (P.AG, "The returns depot has logged the {product} as received."),
+        (P.U, "They fetched the {product} from my porch yesterday."),
+        (P.AG, "{courier} confirms they have the {product} now."),
+        (P.U, "All sorted, the {product} was taken back on {weekday}."),
+        (P.AG, "The collection went ahead on {weekday} without any issues."),
+    ),
+    "refund": (
+        (P.U, "I can see {amount} credited to my account now."),
+        (P.AG, "Your {amount} was paid back to you on {weekday}."),
+        (P.U, "The refund landed this morning."),
+        (P.AG, "We processed the reimbursement and it has gone through."),
+        (P.U, "My bank shows the {amount} returned."),
+        (P.AG, "The {amount} has been reimbursed to your card."),
+    ),
+    "callback": (
+        (P.U, "Your manager phoned me on {weekday}, all good."),
+        (P.AG, "We rang you on {weekday} as promised."),
+        (P.U, "I had the call from your team yesterday."),
+        (P.AG, "My colleague got through to you by phone on {weekday}."),
+        (P.U, "Someone from support called on {weekday} and we talked it through."),
+        (P.AG, "The follow-up call took place on {weekday}."),
+    ),
+    "voucher": (
+        (P.U, "The {amount} code came through by email."),
+        (P.AG, "The voucher was emailed to you on {weekday}."),
+        (P.U, "I've received the store credit, thanks."),
+        (P.AG, "We issued the {amount} gift card yesterday."),
+        (P.U, "The discount showed up on my account."),
+        (P.AG, "Your {amount} credit has been applied."),
+    ),
+}
+Half = Literal["A", "B", "C"]
 PENDING_STATES = ("placed", "shipped", "delayed", "lost")
 
 
@@ -95,17 +169,22 @@ class Bank:
     states: dict[str, list[str]]  # order-state templates by state, unfilled
 
 
-def _bank(half: P.Half, rng: random.Random) -> Bank:
+def _bank(which: Half, rng: random.Random) -> Bank:
+    half: P.Half = "A" if which == "C" else which
+    own_promises = {k: P.half(v, half) for k, v in P.PROMISES.items()}
+    own_fulfilments = {k: P.half(v, half) for k, v in P.FULFILMENTS.items()}
+    if which == "C":
+        own_promises, own_fulfilments = FRESH_PROMISES, FRESH_FULFILMENTS
     promises = [
         (topic, slots, _fill(t, slots, rng))
-        for topic, templates in P.PROMISES.items()
-        for t in P.half(templates, half)
+        for topic, templates in own_promises.items()
+        for t in templates
         for slots in (_slots(rng) for _ in range(FILLINGS))
     ]
     fulfilments: list[tuple[str, str, dict[str, str], str]] = [
         (topic, role, {}, t)
-        for topic, templates in P.FULFILMENTS.items()
-        for role, t in P.half(templates, half)
+        for topic, templates in own_fulfilments.items()
+        for role, t in templates
     ]
     small = [t for ts in P.SMALL_TALK.values() for t in P.half(ts, half)]
     states = [t for ts in P.STATES.values() for _, t in P.half(ts, half)]
@@ -163,7 +242,7 @@ def _recognisers(bank: Bank, rng: random.Random, *, show: bool) -> None:
     for kind in ("chases", "pending states", "questions", "enquiries", "requests"):
         print(f"  reports_done FP on {kind}: {_rate(bank.others[kind], reports_done)}")
     print(f"  reports_done FP on PROMISES: {_rate(promise_texts, reports_done)}")
-    if show:  # half A only: half B is measured, never read
+    if show:  # development halves only: half B is measured, never read
         _show_misses(bank, promise_texts, done_texts)
 
 
@@ -302,12 +381,13 @@ def main() -> None:
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(enc.encode(texts), dtype=np.float32)
 
-    for half in ("A", "B"):
+    halves: tuple[Half, ...] = ("A", "B", "C")
+    for half in halves:
         rng = random.Random(SEED)
         bank = _bank(half, rng)
         print(f"== half {half}")
-        _recognisers(bank, rng, show=half == "A")
-        _pairing(bank, rng, encode, show=half == "A")
+        _recognisers(bank, rng, show=half != "B")
+        _pairing(bank, rng, encode, show=half != "B")
 
 
 if __name__ == "__main__":

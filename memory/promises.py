@@ -191,12 +191,38 @@ def _will_commits(words: Sequence[str], i: int) -> bool:
         return False  # "drivers will now leave it at the back door": how things are done
     if verb == "be":
         _, after = _next_content(words, j)
+        if after == "in":  # "we'll be in touch": contact, not a place
+            return words[j + 2 : j + 3] == ["touch"]
         return _participle(after) or after in ("there", "round", "over")
     if verb in _WILL_GENERIC or subject in _FORECAST_SUBJECTS:
         return False
     if verb == "have":  # "you'll have to" is an obligation, "you'll have it by Friday" is not
         return j + 1 < len(words) and words[j + 1] != "to"
-    return not (verb == "get" and j + 1 < len(words) and words[j + 1] in ("to", "a", "in"))
+    if verb == "get":
+        return _get_commits(words, j)
+    return True
+
+
+def _get_commits(words: Sequence[str], j: int) -> bool:
+    """ "you'll get the £12 back", "you'll get a £20 code", "I'll get a supervisor to call
+    you"; not "you'll get to choose", "you'll get in touch", "you'll get a text when it
+    ships" (a notice, not something owed)."""
+    nxt = words[j + 1] if j + 1 < len(words) else ""
+    if nxt in ("to", "in"):
+        return False
+    if nxt == "a":
+        return bool(_AMOUNT.match(words[j + 2] if j + 2 < len(words) else "")) or _causative(
+            words, j
+        )
+    return True
+
+
+def _causative(words: Sequence[str], j: int) -> bool:
+    """ "get/have someone to call you": the verb at ``j``, its object, "to" and an action."""
+    for k in range(j + 2, min(j + 5, len(words) - 1)):
+        if words[k] == "to":
+            return words[k + 1] not in _GENERIC_VERBS
+    return False
 
 
 def _going_to_commits(words: Sequence[str], i: int) -> bool:
@@ -236,7 +262,9 @@ def _other_commits(words: Sequence[str], agent: bool) -> bool:
             _, verb = _next_content(words, i)
             if verb.endswith("ing") and verb not in _GENERIC_ING:
                 return True
-        if word in _ARRANGED and nxt in ("for", "in") and i > 0 and words[i - 1] != "not":
+        # "the pickup is booked for Friday", "I've scheduled DPD to fetch it"
+        arranged = word in _ARRANGED and i > 0 and words[i - 1] != "not"
+        if arranged and (nxt in ("for", "in") or _causative(words, i - 1)):
             return True
     return False
 
@@ -313,7 +341,7 @@ _NOT_KEPT = _word_set(
 _IRREGULAR_PAST = _word_set(
     """
     came went got rang spoke sent took gave made paid brought left found saw heard kept
-    did wrote drove dropped put showed arrived received
+    did wrote drove dropped put showed arrived received had
     """
 )
 # "is back", "is there", "is through", "is sorted": the thing is where it should be.
@@ -484,10 +512,19 @@ def _journey_step(words: Sequence[str], i: int, collecting: bool) -> bool:
 
 
 def _clause_done(words: Sequence[str]) -> bool:
+    # "without any issues": it negates the noun phrase after it, not the clause's verb
+    if "without" in words:
+        words = words[: words.index("without")]
+    if _NEGATORS & set(words) or any(map(_problem, words)):
+        return False
+    if any(a == "as" and b in _OUTCOMES for a, b in pairwise(words)):
+        return True  # a status: "logged as received", "it shows as delivered"
     # "as arranged", "as agreed": the manner of what was done, not a step
     words = [w for i, w in enumerate(words) if not (i and words[i - 1] == "as" and _past(w))]
-    if (_NEGATORS | _MODALS | _NOT_KEPT) & set(words) or any(map(_problem, words)):
+    if (_MODALS | _NOT_KEPT) & set(words):
         return False
+    if _holds_now(words):
+        return True
     collecting = _COLLECT in _clause_acts(words)  # "picked the desk up", not "picked"
     for i, word in enumerate(words):
         if _past(word):
@@ -512,6 +549,16 @@ def _clause_done(words: Sequence[str]) -> bool:
         if word in ("see", "seen") and _owned_place(words[i + 1 :]):
             return True  # "I can see the money in my account"
     return False
+
+
+def _holds_now(words: Sequence[str]) -> bool:
+    """ "they have the kettle now", "I've now got the code": possession that is new."""
+    if "now" not in words:
+        return False
+    return any(
+        word in ("have", "has") and _next_content(words, i)[1] in _THING_STARTS | {"got"}
+        for i, word in enumerate(words)
+    )
 
 
 def _owned_place(words: Sequence[str]) -> bool:
@@ -626,6 +673,8 @@ _PHRASAL = {
     ("pick", "up"): _COLLECT,
     ("take", "away"): _COLLECT,
     ("took", "away"): _COLLECT,
+    ("take", "back"): _COLLECT,
+    ("took", "back"): _COLLECT,
     ("fetch", "away"): _COLLECT,
     ("drop", "off"): _BRING,
     ("turn", "up"): _BRING,
@@ -709,6 +758,11 @@ _THING_STARTS = _word_set(
     the it your my them this that
     """
 )
+_TAKE = _word_set(
+    """
+    take takes took taken taking
+    """
+)
 
 
 def _clause_acts(words: Sequence[str]) -> set[str]:
@@ -734,6 +788,17 @@ def _clause_acts(words: Sequence[str]) -> set[str]:
             acts.add(_MONEY)
         if word == "gift" and nxt == "card":
             acts.add(_VOUCHER)
+        # "the desk is gone", "a driver will take it": the thing leaves the customer
+        if word == "gone" and i and words[i - 1] in ("is", "has") and not nxt:
+            acts.add(_COLLECT)
+        if word in _TAKE and nxt in _THING_STARTS:
+            acts.add(_COLLECT)
+    if _MONEY in acts and _ACT_WORDS[_VOUCHER] & set(words) == {"credit"}:
+        acts.discard(_VOUCHER)  # "credit £30 back to your card": money, not store credit
+    if _BRING in acts and _RETURNED & {_stem(w) for w in words}:
+        # "the returned desk was received", "the returns depot logged it as received": it
+        # came back to us
+        acts.add(_COLLECT)
     return acts
 
 
@@ -810,7 +875,9 @@ def _evidence(promise: str, candidate: str) -> tuple[float, bool] | None:
         sign = _WORD_WEIGHT * bool(words & s_words or same_act)
         sign += _AMOUNT_WEIGHT * bool(amounts & s_amounts) + _WEEKDAY_WEIGHT * bool(days & s_days)
         bonus = max(bonus, sign)
-        referred = referred or (same_act and _refers_back(sentence))
+        # tied to this promise: the same act with its weekday or amount, or "like you said"
+        tied = bool(days & s_days or amounts & s_amounts) or _refers_back(sentence)
+        referred = referred or (same_act and tied)
     if not _compatible(acts, _acts_of(done_sentences)):
         return None  # the same bookcase, but brought, not taken away
     return bonus, referred

@@ -34,6 +34,11 @@ AGENT_PROMISES = [
     "Thanks for waiting. Your repair is booked for Thursday between 8 and 12.",
     "You'll have the replacement by the weekend.",
     "I'll get back to you by Friday with the decision.",
+    # causatives, arrangements made, contact idioms, a sum to get
+    "I'll get the depot manager to ring you tomorrow.",
+    "I've booked Evri to come for the lamp on Friday.",
+    "The returns team will be in touch on Monday.",
+    "You'll get a £15 voucher for the wait.",
 ]
 NOT_PROMISES = [
     ("assistant", "Will you be at home on Friday?"),
@@ -87,6 +92,11 @@ DONE = [
     "The courier confirmed it was delivered.",
     "The driver took the desk back to the depot.",
     "My order arrived on Monday.",
+    # a status, new possession, a negated noun phrase, "had" as a verb
+    "The system has the parcel marked as delivered.",
+    "The warehouse has the old sofa now.",
+    "The swap happened on Tuesday without a hitch.",
+    "I had the phone call from your supervisor this morning.",
 ]
 NOT_DONE = [
     "Still no sign of the refund.",
@@ -126,6 +136,10 @@ NOT_DONE = [
     "It arrived at the sorting centre in Rugby.",
     "The order went through on Monday.",
     "The parcel has disappeared.",
+    # "now" without possession, "without" the thing itself, a status not reached
+    "I'm at home now.",
+    "It was sent without the charger and I'm still waiting for it.",
+    "It doesn't show as delivered.",
     "The courier says it went astray near Leeds.",
     "I got the despatch email this morning.",
 ]
@@ -285,6 +299,8 @@ def test_fulfilment_a_refund_is_not_kept_by_a_call_or_a_voucher() -> None:
         ("I'm adding a gift card for the trouble.", "voucher"),
         ("We'll swap the faulty speaker for a new one.", "replace"),
         ("The spare battery will be delivered tomorrow.", "bring"),
+        ("Pop the mirror in the porch and the courier will take it on Sunday.", "collect"),
+        ("Let me credit £6 back to your card.", "money"),
     ],
 )
 def test_the_act_a_promise_names(promise: str, act: str) -> None:
@@ -296,6 +312,15 @@ def test_fulfilment_by_the_same_kind_of_act_in_other_words() -> None:
     vectors = _unit([1, 0], [0.35, 0.94])  # under MIN_COSINE, no word in common
     done = np.array([False, True])
     assert fulfilment(0, [1], vectors, done, texts) == 1
+
+
+def test_fulfilment_by_the_same_act_on_the_promised_day() -> None:
+    texts = ["Our manager will phone you on Friday.", "Your manager rang me on Friday."]
+    vectors = _unit([1, 0], [0.15, 0.99])  # far apart by cosine
+    done = np.array([False, True])
+    assert fulfilment(0, [1], vectors, done, texts) == 1
+    texts[1] = "The lamp arrived on Friday."  # the same day, another act
+    assert fulfilment(0, [1], vectors, done, texts) is None
 
 
 def test_fulfilment_by_a_report_that_refers_back() -> None:
