@@ -156,12 +156,15 @@ def score_candidates(
         turn_dense += p.speaker_bonus * np.isin(turns.speaker_of[rows], list(named))
     turn_lexical = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))[rows]
     memory_ts = [_event_time(m, turns) for m in memory_list]
+    # What a memory says is as new as its newest shown line: a source it was fed but does
+    # not show (a turn the consolidator read and did not take up) makes it no more current.
+    said_ts = [_event_time(m, turns, _shown_events(m) or None) for m in memory_list]
     memory_texts = [_closing_kept(m, render(m), turns) for m in memory_list]
     # The newer statements about a keyed memory's subject (an order, an email;
     # ``memory.reconcile``) compete as turns as relevant as the memory: listed newest first,
     # they are read before anything older, the memory included. Not a topic's: on LoCoMo-dev
     # its like-meaning newer turns took places from better ones (R@10 0.777 -> 0.758).
-    newer = [_newer_statements(m, ts, turns) for m, ts in zip(memory_list, memory_ts, strict=True)]
+    newer = [_newer_statements(m, ts, turns) for m, ts in zip(memory_list, said_ts, strict=True)]
     # A memory found only by key has no cosine here: the lowest found stands in (its
     # relevance is the key match's anyway).
     floor = min(dense_of.values(), default=0.0)
@@ -225,13 +228,15 @@ def score_candidates(
             if m.memory_id in keyed_ids
             else _slot_merit(float(rel), m.source_event_ids, relevance_of, top_k),
             strength=m.strength,
-            ts=ts,
+            ts=said,
             source_event_ids=_best_first(m.source_event_ids, rank_of),
             boost=boost(ts),
             strength_span=p.strength_span,
             shows=_shown_events(m),
         )
-        for m, text, rel, ts in zip(memory_list, memory_texts, relevance, memory_ts, strict=False)
+        for m, text, rel, ts, said in zip(
+            memory_list, memory_texts, relevance, memory_ts, said_ts, strict=False
+        )
     ]
     turn_boost = (
         recency_factors(turns.ts[rows], now.timestamp(), p.recency_half_life_days)
@@ -328,10 +333,14 @@ class _RowValues(Mapping[str, float]):
         return int(np.count_nonzero(self.at >= 0))
 
 
-def _event_time(m: ConsolidatedMemory, turns: TurnRows) -> datetime:
-    """A memory's event time: its newest source turn's, else what it stores (the
-    consolidator's times are its sources' too; this holds while older data says otherwise)."""
-    rows = [turns.positions[e] for e in m.source_event_ids if e in turns.positions]
+def _event_time(
+    m: ConsolidatedMemory, turns: TurnRows, events: Sequence[str] | None = None
+) -> datetime:
+    """A memory's event time: its newest source turn's (of ``events`` where given), else what
+    it stores (the consolidator's times are its sources' too; this holds while older data
+    says otherwise)."""
+    ids = m.source_event_ids if events is None else events
+    rows = [turns.positions[e] for e in ids if e in turns.positions]
     if not rows:
         return m.updated_at
     return turns.docs[max(rows, key=lambda r: turns.ts[r])].ts

@@ -112,6 +112,9 @@ async def test_a_memory_found_by_key_leads_and_covers_its_turns(
     state: FakeShortTermState, longterm: LongTermStore
 ) -> None:
     m = order_memory()
+    # it shows its newest source too: nothing said since is missing from it
+    newest = Fact(text="Its tracking page shows nothing", source_event_ids=["e4"], ts=T0)
+    m = m.model_copy(update={"facts": [*m.facts, newest]})
     await longterm.upsert([(m, ENCODER.encode([memory_text(m)])[0])])
     r = retriever(state, longterm)
     got = await r.retrieve(
@@ -131,6 +134,19 @@ async def test_a_memory_found_by_key_leads_and_covers_its_turns(
     assert max(scores["e1"], scores["e3"]) < 1.0
     assert got.items[0].source_event_ids == ["e2", "e4"]
     assert got.context.startswith("## Memories\nOrder A-10293")
+
+
+async def test_a_memory_that_does_not_show_its_newest_source_follows_it(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    m = order_memory()  # shows e2's fact only; e4 (newer, the same order) it was fed
+    await longterm.upsert([(m, ENCODER.encode([memory_text(m)])[0])])
+    got = await retriever(state, longterm).retrieve(
+        TENANT, RetrieveRequest(user_id=USER, query="Has order A-10293 shipped?")
+    )
+    order = [i.id for i in got.items]
+    assert order.index("e4") < order.index(m.memory_id)
+    assert got.context.startswith("## Recent turns")
 
 
 async def test_other_users_and_tenants_see_nothing_of_the_user(
