@@ -35,10 +35,13 @@ MEMORY_MODULES: tuple[str, ...] = (
     "memory.cluster_describe",
     "memory.due",
     "memory.extractive",
+    "memory.names",
     "memory.phrases",
+    "memory.profile",
     "memory.promises",
     "memory.ranking",
     "memory.text",
+    "memory.when",
 )
 
 # ``\\s`` (with its quantifier) joins two words of a phrase; any other escape (``\\w``,
@@ -157,6 +160,7 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
     from memory.cluster_describe import terms_of
     from memory.due import parse_due
     from memory.lexical import tokens_of
+    from memory.names import names_in
     from memory.phrases import action_family, find_state, is_commitment, norm
     from memory.promises import promise_sentence, reports_done
     from memory.ranking import _named_speakers, asks_for_latest, strip_names
@@ -168,6 +172,7 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
         phrase_keys,
         tokenize,
     )
+    from memory.when import annotate_times
 
     return {
         "is_salient": is_salient,
@@ -179,6 +184,8 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
         "tokens_of": tokens_of.__wrapped__,  # unmemoised: a benchmark calls it again
         "terms_of": terms_of,
         "parse_due": lambda text: parse_due(text, _TURN_TIME),
+        "annotate_times": lambda text: annotate_times(text, _TURN_TIME),
+        "names_in": lambda text: names_in(text, "order:C-73120"),
         "find_state": find_state,
         "is_commitment(user)": lambda text: is_commitment(text, "user"),
         "is_commitment(assistant)": lambda text: is_commitment(text, "assistant"),

@@ -27,7 +27,9 @@ _KINDS = ("order:", "product:")  # keys a thing is ordered or sold under
 _DET = r"(?:the|my|your|our|his|her|their|this|that|a|an)"
 _WORD = rf"(?!{_DET}\b)[a-z][a-z'-]*"  # the phrase after the nearest determiner only
 _WORDS = rf"((?:{_WORD}\s+){{0,3}}{_WORD})"
-_MARKER = re.compile(r"(?:\b(?:order|ref|reference|number|no)\b\.?|[#:\s])*$", re.IGNORECASE)
+# One marker word or sign at the end: stripped one at a time (a run of them matched at once
+# is searched from every start, the square of the text's length).
+_MARKER_END = re.compile(r"(?:\b(?:order|ref|reference|number|no)\b\.?|[#:\s])\Z", re.IGNORECASE)
 # "the oak bookcase (order #40593)": the phrase closes right before the bracket.
 _BEFORE_BRACKET = re.compile(rf"\b{_DET}\s+{_WORDS}\s*\($", re.IGNORECASE)
 # "my kettle order #40593": the thing names the order.
@@ -50,7 +52,10 @@ def _names_in(text: str, key: str) -> tuple[tuple[str, ...], ...]:
     found: list[tuple[str, ...]] = []
     for m in re.finditer(rf"(?<![\w-]){re.escape(ident)}(?![\w-])", text, re.IGNORECASE):
         # Bounded windows: each pattern is anchored at one end, so a search costs O(window).
-        before, after = text[max(0, m.start() - WINDOW) : m.start()], text[m.end() :][:WINDOW]
+        before, after = (
+            text[max(0, m.start() - WINDOW) : m.start()],
+            text[m.end() : m.end() + WINDOW],
+        )
         for phrase in (
             _BEFORE_BRACKET.search(_without_marker(before)),
             _BEFORE_ORDER.search(before),
@@ -65,7 +70,10 @@ def _names_in(text: str, key: str) -> tuple[tuple[str, ...], ...]:
 def _without_marker(before: str) -> str:
     """``before`` without the words that mark the key ("order no. #") at its end."""
     cut = max(0, len(before) - MARKER_WINDOW)
-    return before[:cut] + _MARKER.sub("", before[cut:], count=1)
+    tail = before[cut:]
+    while marker := _MARKER_END.search(tail):
+        tail = tail[: marker.start()]
+    return before[:cut] + tail
 
 
 def _name(phrase: str) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from memory.when import annotate_times
 from schemas import StoredTurn
 
 MEMORIES_HEADER = "## Memories"
@@ -389,8 +390,10 @@ def turn_day(t: StoredTurn) -> str:
 
 
 def turn_line(t: StoredTurn) -> str:
-    """``customer: text``: a turn's line under its day's heading."""
-    return f"{t.speaker or t.role}: {_line(t.text)}"
+    """``customer: text``: a turn's line under its day's heading, its relative times dated
+    from the turn's own time ("yesterday (7 May)", ``memory.when``) so a reader need not count
+    back from the heading. Rendered once a turn (``stores.turn_index`` keeps the text)."""
+    return f"{t.speaker or t.role}: {annotate_times(_line(t.text), t.ts)}"
 
 
 def assemble_context(
