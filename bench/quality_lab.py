@@ -40,6 +40,7 @@ from memstream.settings import DEMO_TENANT, Settings
 from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, exemplars_of
 from schemas import (
     ConsolidatedMemory,
+    InteractionEvent,
     RetrievedItem,
     RetrieveRequest,
     RetrieveResponse,
@@ -60,6 +61,7 @@ RANK_BUDGET = 8192  # every top-20 fits: the response lists the whole ranking
 POSITION_RULE = " (memory = 1 position)"
 CREDITED = " credited"
 POSITION_METRICS = ("R@5", "R@10", "R@20", "MRR")
+HOLDS_MEMORY = "holds a memory"  # per budget: 1 where the context has a memory item, else 0
 
 
 @dataclass
@@ -84,9 +86,21 @@ async def collect(
     same encoder's vector of the text, rounded to float16 as stored): most of them have left
     Redis for the archive tier by event time, and the archive lives in the server process.
     """
+    events = {
+        user: [locomo.to_event(t) for t in conversation] for user, conversation in turns.items()
+    }
+    return await collect_events(state, http, events, encoder)
+
+
+async def collect_events(
+    state: RedisState,
+    http: httpx.AsyncClient,
+    by_user: dict[str, list[InteractionEvent]],
+    encoder: OnnxEncoder,
+) -> Snapshot:
+    """``collect`` for any events: each user's, as posted (tenant demo)."""
     snap: Snapshot = {}
-    for user, conversation in turns.items():
-        events = [locomo.to_event(t) for t in conversation]
+    for user, events in by_user.items():
         vectors = encoder.encode([e.text for e in events]).astype(np.float16).astype(np.float32)
         stored = [
             TurnWithVector(
@@ -163,15 +177,21 @@ class _LongTerm:
     """``search`` and ``find_by_keys`` as the LongTermStore contract states them, by numpy;
     a memory's vector is what the consolidator stores: the encoding of ``memory_text``."""
 
-    def __init__(self, snap: Snapshot, vectors: dict[str, npt.NDArray[np.float32]]) -> None:
+    def __init__(
+        self,
+        snap: Snapshot,
+        vectors: dict[str, npt.NDArray[np.float32]],
+        memories: bool = True,
+    ) -> None:
         self.snap = snap
         self.vectors = vectors
+        self.memories = memories  # False: the store holds none (turns only)
 
     async def search(
         self, tenant_id: str, user_id: str, vector: np.ndarray, limit: int
     ) -> list[ScoredMemory]:
         memories = self.snap[user_id].memories
-        if not memories:
+        if not memories or not self.memories:
             return []
         sims = self.vectors[user_id] @ vector.astype(np.float32)
         order = np.argsort(-sims, kind="stable")[:limit]
@@ -180,6 +200,8 @@ class _LongTerm:
     async def find_by_keys(
         self, tenant_id: str, user_id: str, keys: Sequence[str], limit: int
     ) -> list[ConsolidatedMemory]:
+        if not self.memories:
+            return []
         wanted = set(keys)
         found = [m for m in self.snap[user_id].memories if wanted & set(m.keys)]
         return sorted(found, key=lambda m: m.memory_id)[:limit]
@@ -190,8 +212,10 @@ def retriever(
     encoder: OnnxEncoder,
     mode: ShortTermMode = "flat",
     params: RankingParams | None = None,
+    memories: bool = True,
 ) -> Retriever:
-    """The RPC's ``Retriever`` whose store reads come from ``snap``."""
+    """The RPC's ``Retriever`` whose store reads come from ``snap``; ``memories`` False:
+    its long-term store holds no consolidated memory (turns only, the same ranking)."""
     turns = {}
     for user, st in snap.items():
         lexical = LexicalIndex()
@@ -200,7 +224,7 @@ def retriever(
         turns[user] = UserTurns.build(
             b"lab", st.turns, lexical, encoder.dim, exemplars=exemplars_of(encoder)
         )
-    longterm = _LongTerm(snap, {})
+    longterm = _LongTerm(snap, {}, memories)
     r = Retriever(
         queries=QueryEncoder(encoder),
         state=cast(RedisState, _Clusters(snap)),
@@ -264,6 +288,7 @@ def score_answers(
         s[f"AT@{budget}"] = locomo.answer_tokens(got.context, q.answer)
         s[f"items@{budget}"] = float(len(got.items))
         s[f"memories@{budget}"] = float(sum(i.kind == "memory" for i in got.items))
+        s[f"{HOLDS_MEMORY}@{budget}"] = float(any(i.kind == "memory" for i in got.items))
         s[f"tokens@{budget}"] = float(got.context_tokens)
         s[f"took_ms@{budget}"] = got.took_ms
     return s
@@ -276,9 +301,11 @@ def answer(
     encoder: OnnxEncoder,
     mode: ShortTermMode = "flat",
     params: RankingParams | None = None,
+    memories: bool = True,
 ) -> dict[str, Scores]:
-    """question_id -> scores, every question answered by the RPC's code over ``snap``."""
-    r = retriever(snap, encoder, mode, params)
+    """question_id -> scores, every question answered by the RPC's code over ``snap``
+    (``memories`` False: with no consolidated memory offered, turns only)."""
+    r = retriever(snap, encoder, mode, params, memories)
 
     async def ask(q: Question) -> Scores:
         async def at(budget: int) -> RetrieveResponse:
@@ -307,8 +334,6 @@ def main() -> None:
     parser.add_argument("--no-memories", action="store_true", help="turns alone")
     args = parser.parse_args()
     snap = load(args.snapshot)
-    if args.no_memories:
-        snap = {u: dataclasses.replace(st, memories=[]) for u, st in snap.items()}
     turns = {c: locomo.load_turns(args.shared, c) for c in snap}
     questions = locomo.load_questions(args.shared, list(snap))
     texts = {c: {x.dia_id: locomo.event_text(x) for x in v} for c, v in turns.items()}
@@ -321,9 +346,13 @@ def main() -> None:
             raise SystemExit(f"unknown parameter {name!r}: one of {', '.join(fields)}")
         changes[name] = type(getattr(RankingParams(), name))(value)
     params = RankingParams(**changes)
-    metrics = ("R@10", "ER@256", "ER@512", "ER@1024", f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}")
+    metrics: tuple[str, ...] = ("R@10", "ER@256", "ER@512", "ER@1024")
+    metrics += (f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}")
+    if not args.no_memories:  # the share of contexts with a memory in them, per budget
+        metrics += tuple(f"{HOLDS_MEMORY}@{b}" for b in BUDGETS)
     for mode in args.mode or MODES:
-        summary = locomo.aggregate(answer(snap, questions, texts, encoder, mode, params), questions)
+        scores = answer(snap, questions, texts, encoder, mode, params, not args.no_memories)
+        summary = locomo.aggregate(scores, questions)
         for group in ("1-4", "1", "2", "3", "4"):
             cells = "  ".join(f"{m} {summary[group][m]:.3f}" for m in metrics)
             print(f"{mode:12s} {group:4s} n={summary[group]['n']:.0f}  {cells}")

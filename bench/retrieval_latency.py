@@ -56,6 +56,13 @@ TURNS_PER_USER = 500  # the RPC's default short-term candidate cap: the worst ca
 P99_TARGET_MS = 20.0  # caller p99 at half load, 10k memories per user (issue 3)
 REFERENCE_FACTOR = 2.0  # ... and at most this times the open-loop reference's (issue 14)
 MEM0_FACTOR = 0.5  # one caller: memstream's p99 at most this times mem0's (issue 14)
+# 64 callers under admission control: admitted p99 at most this times the
+# half-load p99, refusals answered within SHED_P99_MS, goodput at least GOODPUT_SHARE of
+# the best closed-loop throughput.
+ADMITTED_FACTOR = 3.0
+SHED_P99_MS = 10.0
+GOODPUT_SHARE = 0.9
+CLOSED = ("1 caller", "16 callers", "64 callers")
 MEM0_VENV = Path(__file__).resolve().parent / "out" / "mem0-venv"
 MEM0_RUNNER = Path(__file__).resolve().parent / "mem0_runner.py"
 HALF = "open, half load"
@@ -301,8 +308,47 @@ def _rows(plan: Plan, raw: dict[str, Any]) -> list[Row]:
             higher_is_better=False,
             target="<= 5 ms and <= 3x reference",
         ),
+        *_admission_rows(u),
         *_mem0_rows(raw),
     ]
+
+
+def _admission_rows(u: dict[str, Any]) -> list[Row]:
+    """64 closed-loop callers against the server's admission control (its defaults)."""
+    many, half = _run(u, "64 callers"), _run(u, HALF)
+    peak = max(CLOSED, key=lambda label: _run(u, label)["qps"])
+    shed = many["shed_latency"]
+    rows = [
+        Row(
+            "retrieval p99 ms, admitted, 64 callers (10k/user)",
+            many["latency"]["p99"],
+            half["latency"]["p99"],
+            f"`{HALF}` p99, same server and run",
+            higher_is_better=False,
+            target=f"<= {ADMITTED_FACTOR:g}x reference",
+        ),
+        Row(
+            "goodput at 64 callers / peak throughput",
+            many["qps"],
+            _run(u, peak)["qps"],
+            f"peak closed-loop throughput ({peak}), same run",
+            target=f">= {GOODPUT_SHARE:g}x reference",
+        ),
+    ]
+    if shed["n"]:  # nothing refused: no refusal latency to report
+        rows.insert(
+            1,
+            Row(
+                "shed answer p99 ms",
+                shed["p99"],
+                _run(u, "1 caller")["latency"]["p99"],
+                f"`1 caller` p99 (an unloaded answer), same run; {int(shed['n']):,} refused "
+                "of the 64 callers' requests",
+                higher_is_better=False,
+                target=f"<= {SHED_P99_MS:g} ms",
+            ),
+        )
+    return rows
 
 
 def _mem0_rows(raw: dict[str, Any]) -> list[Row]:
@@ -397,6 +443,11 @@ def _ms(stats: dict[str, Any], key: str = "p99") -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
+def _refused(run: dict[str, Any]) -> str:
+    n = run.get("shed", 0)
+    return f"{n} ({_ms(run['shed_latency'])})" if n else "0"
+
+
 def _pct_busy(value: float | None) -> str:
     return "–" if value is None or value != value else f"{100 * value:.0f}%"
 
@@ -452,8 +503,8 @@ def _markdown(plan: Plan, raw: dict[str, Any]) -> str:
             f"### {user} ({plan.users[user]:,} memories)",
             "",
             "| run | queries/s | caller p50 ms | caller p99 ms | server took p50 / p99 ms "
-            "| encode / fetch / rank mean ms | errors | machine busy |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| encode / fetch / rank mean ms | refused (p99 ms) | errors | machine busy |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in u["runs"]:
             ph = r["phases"]
@@ -466,7 +517,7 @@ def _markdown(plan: Plan, raw: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['label']} | {r['qps']:.1f} | {_ms(r['latency'], 'p50')} | "
                 f"{_ms(r['latency'])} | {_ms(r['took'], 'p50')} / {_ms(r['took'])} | "
-                f"{phases} | {r['errors']} | {_pct_busy(r.get('machine_busy'))} |"
+                f"{phases} | {_refused(r)} | {r['errors']} | {_pct_busy(r.get('machine_busy'))} |"
             )
         failed = [
             f"{r['label']}: " + ", ".join(f"{n} {kind}" for kind, n in r["error_kinds"].items())
@@ -483,7 +534,8 @@ def _markdown(plan: Plan, raw: dict[str, Any]) -> str:
             f"Half load: {half['load']:.1f}/s, {u['arrivals']:,} Poisson arrivals in "
             f"{plan.open_s:g} s, the same for `{REFERENCE}`: caller p99 {_ms(half['latency'])}"
             f" vs {_ms(same['latency'])} ms = **{ratio:.2f}x** (target <= "
-            f"{REFERENCE_FACTOR:g}x). `1 caller, cached` replays {plan.cached_queries} "
+            f"{REFERENCE_FACTOR:g}x). {_admission_line(u)} "
+            f"`1 caller, cached` replays {plan.cached_queries} "
             "queries already in the RPC's query cache: its server `took` is the retrieval "
             "without encoding (fetch + rank), the server-side figure.",
             "",
@@ -502,6 +554,20 @@ def _markdown(plan: Plan, raw: dict[str, Any]) -> str:
         f"{raw['references_s']:.0f} s, mem0 {raw['mem0_s']:.0f} s).",
     ]
     return "\n".join(lines)
+
+
+def _admission_line(u: dict[str, Any]) -> str:
+    many, half = _run(u, "64 callers"), _run(u, HALF)
+    peak = max(_run(u, label)["qps"] for label in CLOSED)
+    return (
+        f"64 callers under the server's admission control (default settings): admitted p99 "
+        f"{_ms(many['latency'])} ms = {many['latency']['p99'] / half['latency']['p99']:.2f}x "
+        f"the half-load p99 (target <= {ADMITTED_FACTOR:g}x), {many['shed']:,} refused "
+        f"(answer p99 {_ms(many['shed_latency'])} ms, target <= {SHED_P99_MS:g} ms; a refused "
+        f"caller waits the `Retry-After-Ms` hint, jittered, as `rpc.client` does), goodput "
+        f"{many['qps']:.1f}/s = {many['qps'] / peak:.2f} of the best closed loop's "
+        f"(target >= {GOODPUT_SHARE:g})."
+    )
 
 
 def _mem0_lines(raw: dict[str, Any]) -> list[str]:

@@ -6,11 +6,17 @@ a late start counts against the server, not for it), the server's own ``took_ms`
 the server's phase times (encode, fetch, rank, total) from the
 ``memstream_retrieval_latency_seconds`` histogram, scraped before and after the run.
 Every run is bounded in time and in requests and stops by itself.
+
+A request the server's admission control refuses (503 / 429) is no error: its answer's
+latency is kept apart (``shed_ms``), and a closed-loop caller waits what ``Retry-After-Ms``
+asks, jittered up by as much as half, before its next request, as ``rpc.client`` does (a
+caller that came back at once would only measure how fast refusals can be made).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from collections import Counter
@@ -30,6 +36,8 @@ from memstream.settings import DEMO_API_KEY
 HISTOGRAM = "memstream_retrieval_latency_seconds"
 PHASES = ("encode", "fetch", "rank", "total")
 MAX_IN_FLIGHT = 2000  # an open loop past saturation queues; this bounds how far
+SHED_STATUSES = (429, 503)  # the admission control's refusals
+MAX_RETRY_AFTER_S = 5.0  # rpc.client's cap on a server's hint
 
 
 class RetrievalServer(Memstream):
@@ -50,6 +58,8 @@ class Run:
     took_ms: list[float] = field(default_factory=list)
     # What each error was (an HTTP status or the client's exception), so a run says why.
     error_kinds: Counter[str] = field(default_factory=Counter)
+    shed_ms: list[float] = field(default_factory=list)  # refused answers' latency
+    shed_kinds: Counter[str] = field(default_factory=Counter)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     machine_busy: float = float("nan")  # share of the machine's CPU in use, anyone's
 
@@ -73,6 +83,9 @@ class Run:
             "qps": self.qps,
             "errors": self.errors,
             "error_kinds": dict(self.error_kinds),
+            "shed": len(self.shed_ms),
+            "shed_kinds": dict(self.shed_kinds),
+            "shed_latency": summary(self.shed_ms),
             "latency": summary(self.latencies_ms),
             "took": summary(self.took_ms),
             "phases": self.phases,
@@ -87,6 +100,7 @@ class Driver:
         self.server = server
         self.user = user
         self.texts = texts
+        self.rng = random.Random(user)  # the jitter of refused callers' waits
 
     async def __aenter__(self) -> Driver:
         self.client = httpx.AsyncClient(
@@ -100,20 +114,27 @@ class Driver:
     async def __aexit__(self, *exc: object) -> None:
         await self.client.aclose()
 
-    async def one(self, run: Run, text: str, since: float) -> None:
+    async def one(self, run: Run, text: str, since: float) -> float:
+        """Send one; the seconds the server asked a refused caller to wait (else 0)."""
         body = {"user_id": self.user, "query": text, "top_k": 8, "budget_tokens": 512}
         try:
             response = await self.client.post("/v1/retrieve", json=body)
+            if response.status_code in SHED_STATUSES:
+                run.shed_ms.append((time.perf_counter() - since) * 1000)
+                run.shed_kinds[f"HTTP {response.status_code}"] += 1
+                hint_ms = float(response.headers.get("retry-after-ms", 1000))
+                return min(hint_ms / 1000, MAX_RETRY_AFTER_S) * (1 + 0.5 * self.rng.random())
             response.raise_for_status()
             took = float(response.json()["took_ms"])
         except httpx.HTTPStatusError as error:
             run.fail(f"HTTP {error.response.status_code}")
-            return
+            return 0.0
         except (httpx.HTTPError, KeyError, ValueError) as error:
             run.fail(type(error).__name__)
-            return
+            return 0.0
         run.latencies_ms.append((time.perf_counter() - since) * 1000)
         run.took_ms.append(took)
+        return 0.0
 
     async def open_loop(
         self, label: str, rate: float, arrivals: Sequence[float], texts: Sequence[str]
@@ -121,7 +142,7 @@ class Driver:
         """One request per arrival (seconds from the start; `poisson_arrivals`), each with its
         own text, sent at its time whatever the server is doing; latency from that time."""
         run = Run(label, "open", rate)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks: set[asyncio.Task[float]] = set()
         with self._phases(run):
             start = time.perf_counter()
             for at, text in zip(arrivals, texts, strict=True):
@@ -146,7 +167,9 @@ class Driver:
 
         async def caller(deadline: float) -> None:
             while time.perf_counter() < deadline and (text := next(source, None)) is not None:
-                await self.one(run, text, time.perf_counter())
+                wait = await self.one(run, text, time.perf_counter())
+                if wait:  # refused: back after the server's hint, as rpc.client does
+                    await asyncio.sleep(min(wait, max(0.0, deadline - time.perf_counter())))
 
         with self._phases(run):
             start = time.perf_counter()

@@ -67,6 +67,7 @@ LLM_FALLBACK_REASONS = ("truncated", "invalid_json", "schema")  # stores.llm.Fal
 CONSOLIDATION_CUT_REASONS = ("input", "budget")  # memory.extractive.Cut
 RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
 ENCODER_KINDS = ("query", "ingest")  # stores.encoder.EncoderStats' caller kinds
+SHED_REASONS = ("overload", "tenant", "deadline")  # rpc.admission.ShedReason
 
 
 class EncoderCounts(Protocol):
@@ -193,6 +194,36 @@ class Metrics:
             "memstream_http_requests_total",
             "RPC requests by route and status code.",
             ["route", "status"],
+            registry=registry,
+        )
+        self.admitted = Counter(
+            "memstream_rpc_admitted_total",
+            "Retrievals admitted by the RPC's admission control (run at once or after a wait "
+            "in its queue).",
+            registry=registry,
+        )
+        self.shed = Counter(
+            "memstream_rpc_shed_total",
+            "Retrievals refused without doing the work, by reason (overload: 503, the limit "
+            "and its queue full; tenant: 429, the tenant holds its fair share; deadline: 504, "
+            "the caller's deadline passed first) and tenant.",
+            ["reason", "tenant"],
+            registry=registry,
+        )
+        self.queue_time = Histogram(
+            "memstream_rpc_queue_seconds",
+            "Time an admitted retrieval waited in the admission queue (0: a slot was free).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.concurrency_limit = Gauge(
+            "memstream_rpc_concurrency_limit",
+            "The admission control's current limit on retrievals in flight (adaptive).",
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "memstream_rpc_in_flight",
+            "Retrievals in flight (admitted, not yet answered).",
             registry=registry,
         )
         self.memories = Gauge(
@@ -346,6 +377,12 @@ class Metrics:
                 for phase in RETRIEVAL_PHASES:
                     self.retrieval_latency.labels(phase)
 
+    def declare_tenants(self, tenants: Iterable[str]) -> None:
+        """Export the shed series of the tenants the API keys name at zero."""
+        for tenant in tenants:
+            for reason in SHED_REASONS:
+                self.shed.labels(reason, tenant)
+
 
 # Units of the catalogue table; names carry them too (``_seconds``, ``_total``).
 UNITS = {
@@ -366,6 +403,11 @@ UNITS = {
     "memstream_encoder_cache_hits_total": "texts",
     "memstream_encoder_runs_total": "runs",
     "memstream_encoder_run_seconds_total": "seconds",
+    "memstream_rpc_admitted_total": "requests",
+    "memstream_rpc_shed_total": "requests",
+    "memstream_rpc_queue_seconds": "seconds",
+    "memstream_rpc_concurrency_limit": "requests",
+    "memstream_rpc_in_flight": "requests",
 }
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"

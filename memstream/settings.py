@@ -234,6 +234,30 @@ class RPCSettings(_Section):
     turn_cache_mb: float = 1024.0
     # A retrieval slower than this logs a warning with when each of its steps finished.
     slow_retrieval_ms: float = 250.0
+    # Admission control of POST /v1/retrieve (rpc/admission.py): retrievals in flight are
+    # held to a limit that adapts to the throughput it buys, between min and max; a queue
+    # of queue_ratio x the limit absorbs bursts; the rest get 503 (429 for a tenant over
+    # its fair share) with Retry-After at once. min_limit in flight is never refused.
+    admission: bool = True
+    admission_initial_limit: int = 16
+    admission_min_limit: int = 8
+    admission_max_limit: int = 128
+    admission_queue_ratio: float = 0.5
+    # The Retry-After hint's bounds: the hint is the time the work ahead takes to drain.
+    admission_retry_after_min_ms: float = 1000.0
+    admission_retry_after_max_ms: float = 5000.0
+
+    @model_validator(mode="after")
+    def _admission_bounds(self) -> RPCSettings:
+        if not 1 <= self.admission_min_limit <= self.admission_initial_limit:
+            raise ValueError("rpc.admission_min_limit must be >= 1 and <= initial_limit")
+        if self.admission_initial_limit > self.admission_max_limit:
+            raise ValueError("rpc.admission_initial_limit must be <= admission_max_limit")
+        if self.admission_queue_ratio < 0:
+            raise ValueError("rpc.admission_queue_ratio must be >= 0")
+        if not 0 <= self.admission_retry_after_min_ms <= self.admission_retry_after_max_ms:
+            raise ValueError("rpc.admission_retry_after_min_ms must be >= 0 and <= max_ms")
+        return self
 
 
 ENV_PREFIX = "MEMSTREAM_"

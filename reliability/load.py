@@ -3,8 +3,10 @@ cap is reached, whichever comes first; the row's label says which stopped it, ho
 requests were sent and in how many seconds (a fast machine reaches the count first).
 
 Each client loops: pick a user of the isolation population (or the generated stream) and
-a query, call ``POST /v1/retrieve``, record the latency. Any non-200 or transport error is
-an error; the error rate must be 0. p50 / p99 are reported (on this shared 2-core machine
+a query, call ``POST /v1/retrieve``, record the latency. A refusal by admission control
+(503 or 429 with ``Retry-After``) is counted as shed, and the client waits as the hint says
+before its next call, as ``MemoryClient`` does; any other non-200 or transport error is an
+error, and the error rate must be 0. p50 / p99 are reported (on this shared 2-core machine
 they measure the machine as much as memstream: ``BENCHMARKS.md`` has the isolated figures).
 """
 
@@ -18,8 +20,10 @@ import httpx
 
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, service
+from rpc.client import retry_delay
 
 NAME = "load"
+_SHED_HINTS = {"retry-after", "retry-after-ms"}
 CLIENTS = 50
 MAX_REQUESTS = 20_000  # the bound on count, whatever the speed
 QUERIES = (
@@ -37,11 +41,12 @@ async def run(ctx: Context) -> list[Row]:
     url = deployment["memory"].url
     latencies: list[float] = []
     errors: list[str] = []
+    shed = 0
     deadline = time.monotonic() + duration_s
     sent = 0
 
     async def client(seed: int) -> None:
-        nonlocal sent
+        nonlocal sent, shed
         rng = random.Random(seed)
         tenant = rng.choice(sorted(KEY_OF))
         limits = httpx.Limits(max_connections=1)
@@ -59,6 +64,10 @@ async def run(ctx: Context) -> list[Row]:
                     answer = await http.post("/v1/retrieve", json=body)
                 except httpx.HTTPError as exc:
                     errors.append(repr(exc)[:120])
+                    continue
+                if answer.status_code in (429, 503) and _SHED_HINTS & answer.headers.keys():
+                    shed += 1
+                    await asyncio.sleep(retry_delay(0, answer, 0.1, 5.0, rng))
                     continue
                 latencies.append((time.perf_counter() - started) * 1000)
                 if answer.status_code != 200:
@@ -82,7 +91,8 @@ async def run(ctx: Context) -> list[Row]:
     note = (
         f"{CLIENTS} concurrent clients until {MAX_REQUESTS:,} requests or {duration_s:.0f} s, "
         f"stopped by {stopped}: {sent} requests in {took:.1f} s = {sent / took:.0f}/s, error rate "
-        f"{len(errors) / max(sent, 1):.4f}, p50 {p50 or 0:.0f} ms, p99 {pct(0.99) or 0:.0f} ms"
+        f"{len(errors) / max(sent, 1):.4f}, {shed} shed with Retry-After, "
+        f"p50 {p50 or 0:.0f} ms, p99 {pct(0.99) or 0:.0f} ms"
         + (f"; first errors: {errors[:3]}" if errors else "")
         + ". Client and server share the 2 cores."
     )

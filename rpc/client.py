@@ -8,13 +8,17 @@ One implementation of each verb: ``_Calls`` turns a verb into a request (method,
 query, body) and a response into its model; the two clients only carry the request, with
 a pooled connection, a timeout, and retries. Every call is safe to retry: ``add`` gives
 each event its id before the first attempt (the pipeline drops an id it has seen), the
-others read or delete. Connection failures and 502 / 503 / 504 are retried with backoff;
-any other error raises ``MemstreamError`` with the server's ``detail``.
+others read or delete. Connection failures and 429 / 502 / 503 / 504 are retried, at most
+``retries`` times: after the server's ``Retry-After-Ms`` / ``Retry-After`` when it sends one
+(the admission control's 503 and 429 do; capped at ``max_retry_after_s``), else after an
+exponential backoff, both jittered up by as much as half so that refused callers do not
+come back together. Any other error raises ``MemstreamError`` with the server's ``detail``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from collections.abc import Sequence
@@ -39,7 +43,8 @@ from schemas.events import EventMetadata, Role
 from schemas.rpc import ForgetResponse, MemoryPage
 
 M = TypeVar("M", bound=BaseModel)
-RETRY_STATUSES = frozenset({502, 503, 504})
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+MAX_RETRY_AFTER_S = 5.0
 
 
 class MemstreamError(RuntimeError):
@@ -153,6 +158,38 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
+def retry_delay(
+    attempt: int,
+    response: httpx.Response | None,
+    backoff_s: float,
+    cap_s: float,
+    rng: random.Random,
+) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: the server's hint when it gave one
+    (``Retry-After-Ms``, else ``Retry-After`` in seconds; capped at ``cap_s``), else
+    ``backoff_s * 2**attempt``; then up to half of it again at random (never less than
+    the hint: honouring it is the point)."""
+    base: float = backoff_s * 2.0**attempt
+    if response is not None:
+        hint = _retry_after_s(response.headers)
+        if hint is not None:
+            base = min(hint, cap_s)
+    return base * (1.0 + 0.5 * rng.random())
+
+
+def _retry_after_s(headers: httpx.Headers) -> float | None:
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                seconds = float(value) * scale
+            except ValueError:
+                continue  # an HTTP date: not sent by memstream, fall back to backoff
+            if seconds >= 0:
+                return seconds
+    return None
+
+
 def _headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
 
@@ -168,10 +205,13 @@ class MemoryClient:
         timeout_s: float = 5.0,
         retries: int = 2,
         backoff_s: float = 0.1,
+        max_retry_after_s: float = MAX_RETRY_AFTER_S,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.retries = retries
         self.backoff_s = backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self._rng = random.Random()
         self._http = httpx.Client(
             base_url=url, headers=_headers(api_key), timeout=timeout_s, transport=transport
         )
@@ -212,6 +252,7 @@ class MemoryClient:
     def _send(self, call: Call[M]) -> M:
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            response: httpx.Response | None = None
             try:
                 response = self._http.request(
                     call.method, call.path, params=call.params, json=call.body
@@ -222,8 +263,11 @@ class MemoryClient:
             else:
                 if response.status_code not in RETRY_STATUSES or last:
                     return call.parse(response)
-            time.sleep(self.backoff_s * 2**attempt)
+            time.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        return retry_delay(attempt, response, self.backoff_s, self.max_retry_after_s, self._rng)
 
     def close(self) -> None:
         self._http.close()
@@ -251,10 +295,13 @@ class AsyncMemoryClient:
         timeout_s: float = 5.0,
         retries: int = 2,
         backoff_s: float = 0.1,
+        max_retry_after_s: float = MAX_RETRY_AFTER_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.retries = retries
         self.backoff_s = backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self._rng = random.Random()
         self._http = httpx.AsyncClient(
             base_url=url, headers=_headers(api_key), timeout=timeout_s, transport=transport
         )
@@ -297,6 +344,7 @@ class AsyncMemoryClient:
     async def _send(self, call: Call[M]) -> M:
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            response: httpx.Response | None = None
             try:
                 response = await self._http.request(
                     call.method, call.path, params=call.params, json=call.body
@@ -307,8 +355,11 @@ class AsyncMemoryClient:
             else:
                 if response.status_code not in RETRY_STATUSES or last:
                     return call.parse(response)
-            await asyncio.sleep(self.backoff_s * 2**attempt)
+            await asyncio.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        return retry_delay(attempt, response, self.backoff_s, self.max_retry_after_s, self._rng)
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -5,7 +5,9 @@ user, so one tenant can never read, list or delete another's data (a memory of a
 tenant or user is a 404, not a 403: its existence is not disclosed). Client mistakes are
 4xx with a ``detail`` that says what to fix: 401 no or unknown key, 403 the demo key once
 real keys are configured, 404 no such memory, 413 a body over ``rpc.max_body_bytes``
-(declared or chunked), 422 a body, path or query that does not validate.
+(declared or chunked), 422 a body, path or query that does not validate. Retrieval passes
+admission control first (``rpc.gate``): 503 / 429 with ``Retry-After`` when refused, 504
+when the caller's ``X-Request-Deadline-Ms`` passed before the work started.
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response, Security
+from fastapi import (
+    Depends,
+    FastAPI,
+    Header,
+    HTTPException,
+    Path,
+    Query,
+    Request,
+    Response,
+    Security,
+)
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -26,8 +38,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.metrics import Metrics
-from memstream.settings import DEMO_API_KEY, Settings
+from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
 from rpc.feedback import FeedbackSink
+from rpc.gate import DEADLINE_HEADER, Gate, params_of
 from rpc.retrieval import Retriever
 from schemas import (
     AddEventsRequest,
@@ -52,6 +65,14 @@ ERRORS: dict[int | str, dict[str, object]] = {
     413: {"model": ErrorBody, "description": "request body too large"},
     422: {"model": ErrorBody, "description": "the request does not validate"},
 }
+SHED: dict[int | str, dict[str, object]] = {
+    429: {"model": ErrorBody, "description": "the tenant holds its fair share: retry after "
+          "`Retry-After` s (`Retry-After-Ms` ms)"},
+    503: {"model": ErrorBody, "description": "overloaded, refused before any work: retry "
+          "after `Retry-After` s (`Retry-After-Ms` ms)"},
+    504: {"model": ErrorBody, "description": f"`{DEADLINE_HEADER}` passed before the work "
+          "started; it was not done"},
+}  # fmt: skip
 NOT_FOUND: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorBody, "description": "no such memory for this tenant and user"}
 }
@@ -218,14 +239,36 @@ def create_api(deps: ApiDeps) -> FastAPI:
     api.state.deps = deps  # memstream.generations swaps deps.retriever when the generation switches
 
     api.add_middleware(RequestGuard, max_body_bytes=settings.rpc.max_body_bytes, metrics=metrics)
+    gate = Gate(params_of(settings.rpc), metrics) if settings.rpc.admission else None
+    metrics.declare_tenants(sorted(set(settings.rpc.api_keys.values()) or {DEMO_TENANT}))
 
-    @api.post("/v1/retrieve", response_model=RetrieveResponse, responses=ERRORS, tags=["memory"])
+    @api.post(
+        "/v1/retrieve",
+        response_model=RetrieveResponse,
+        responses={**ERRORS, **SHED},
+        tags=["memory"],
+    )
     async def retrieve(
-        body: RetrieveRequest, tenant_id: Tenant, request: Request, response: Response
+        body: RetrieveRequest,
+        tenant_id: Tenant,
+        request: Request,
+        response: Response,
+        deadline_ms: Annotated[
+            float | None,
+            Header(
+                alias=DEADLINE_HEADER,
+                description="the caller's budget in ms from when the server reads the "
+                "request; work not started by then is dropped (504)",
+            ),
+        ] = None,
     ) -> RetrieveResponse:
         """The memories and turns that answer ``query``, and a context within the budget."""
         _note_backlog(request, response)
-        answer = await deps.retriever.retrieve(tenant_id, body)
+        if gate is None:
+            answer = await deps.retriever.retrieve(tenant_id, body)
+        else:
+            async with gate.slot(tenant_id, deadline_ms):
+                answer = await deps.retriever.retrieve(tenant_id, body)
         if deps.feedback is not None:
             deps.feedback.offer(
                 Feedback(
