@@ -105,7 +105,77 @@ FRESH_FULFILMENTS: dict[str, tuple[P.Template, ...]] = {
         (P.AG, "Your {amount} credit has been applied."),
     ),
 }
-Half = Literal["A", "B", "C"]
+# Half D: a second lab-only bank, in the register of emails and longer replies (the
+# passive, "is on its way", present progressives, hedged reports), written after C.
+FRESH_PROMISES_D: dict[str, tuple[str, ...]] = {
+    "collection": (
+        "No problem at all. A collection has been arranged for {weekday}.",
+        "Please have the {product} packed, {courier} are coming to get it on {weekday}.",
+        "I've asked {courier} to pick the {product} up on {weekday}.",
+        "The {product} will be picked up from your address on {weekday}.",
+        "Our returns partner will call round for the {product} on {weekday}.",
+        "We are sending a driver to collect the {product} on {weekday}.",
+    ),
+    "refund": (
+        "I've raised a refund for {amount}, you should see it within five working days.",
+        "You're getting the full {amount} back, it'll be on your card by {weekday}.",
+        "We'll be refunding {amount} to your original payment method.",
+        "I'm arranging a refund of {amount} for you now.",
+        "The {amount} will go back to your bank by {weekday}.",
+        "Rest assured the {amount} will be returned to your card.",
+    ),
+    "callback": (
+        "I'll give you a ring back on {weekday} once I hear from the depot.",
+        "A specialist will phone you {weekday} afternoon.",
+        "Expect to hear from me by phone on {weekday}.",
+        "I've booked a callback for {weekday} morning.",
+        "We're going to ring you on {weekday} to go through the options.",
+        "My manager will call you personally on {weekday}.",
+    ),
+    "voucher": (
+        "As a goodwill gesture I'm sending you a {amount} voucher.",
+        "I'll add {amount} store credit to your account today.",
+        "A {amount} e-voucher will be emailed to you shortly.",
+        "You're due a {amount} gift card from us, I'll send it this week.",
+        "We'll email over a code for {amount} off.",
+        "I'm going to credit your account with a {amount} voucher.",
+    ),
+}
+FRESH_FULFILMENTS_D: dict[str, tuple[P.Template, ...]] = {
+    "collection": (
+        (P.U, "The courier came by on {weekday} and took the {product}."),
+        (P.AG, "Our warehouse has now got the {product} back."),
+        (P.U, "{courier} picked up the {product} earlier today."),
+        (P.AG, "Tracking shows the {product} was collected on {weekday}."),
+        (P.U, "The {product} went back with the driver this morning."),
+        (P.AG, "We've had the {product} returned to us safely."),
+    ),
+    "refund": (
+        (P.U, "Refund's come through, {amount} back in my account."),
+        (P.AG, "The {amount} was refunded on {weekday}."),
+        (P.U, "I've been paid back the {amount} now."),
+        (P.AG, "Our finance team released the {amount} refund yesterday."),
+        (P.U, "Just to confirm the refund arrived."),
+        (P.AG, "I can confirm the {amount} has gone back onto your card."),
+    ),
+    "callback": (
+        (P.U, "Your colleague phoned on {weekday}, thanks."),
+        (P.AG, "We spoke by phone on {weekday}."),
+        (P.U, "Got the call back on {weekday}."),
+        (P.U, "The specialist rang me this morning."),
+        (P.AG, "Our records show a call to you on {weekday}."),
+        (P.U, "Had a chat with your supervisor on the phone yesterday."),
+    ),
+    "voucher": (
+        (P.U, "Your voucher arrived, thanks a lot."),
+        (P.AG, "The {amount} store credit was added on {weekday}."),
+        (P.U, "I've got the gift card now."),
+        (P.AG, "We emailed you the {amount} code on {weekday}."),
+        (P.U, "The e-voucher came through this morning."),
+        (P.AG, "The {amount} voucher has been sent to your inbox."),
+    ),
+}
+Half = Literal["A", "B", "C", "D"]
 PENDING_STATES = ("placed", "shipped", "delayed", "lost")
 
 
@@ -170,11 +240,13 @@ class Bank:
 
 
 def _bank(which: Half, rng: random.Random) -> Bank:
-    half: P.Half = "A" if which == "C" else which
+    half: P.Half = "B" if which == "B" else "A"
     own_promises = {k: P.half(v, half) for k, v in P.PROMISES.items()}
     own_fulfilments = {k: P.half(v, half) for k, v in P.FULFILMENTS.items()}
     if which == "C":
         own_promises, own_fulfilments = FRESH_PROMISES, FRESH_FULFILMENTS
+    elif which == "D":
+        own_promises, own_fulfilments = FRESH_PROMISES_D, FRESH_FULFILMENTS_D
     promises = [
         (topic, slots, _fill(t, slots, rng))
         for topic, templates in own_promises.items()
@@ -381,7 +453,7 @@ def main() -> None:
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(enc.encode(texts), dtype=np.float32)
 
-    halves: tuple[Half, ...] = ("A", "B", "C")
+    halves: tuple[Half, ...] = ("A", "B", "C", "D")
     for half in halves:
         rng = random.Random(SEED)
         bank = _bank(half, rng)

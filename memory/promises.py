@@ -175,6 +175,25 @@ _HABITUAL = _word_set(
 )
 
 
+# Asking a third party to act for the customer: "I've asked DPD to collect it".
+_ASKED = _word_set(
+    """
+    asked instructed
+    """
+)
+# When a present progressive is a plan: "they're coming on Monday", "tomorrow".
+_FUTURE_TIMES = _word_set(
+    """
+    monday tuesday wednesday thursday friday saturday sunday tomorrow tonight next later
+    """
+)
+
+
+def _progressive(word: str) -> bool:
+    """An action's -ing form: "refunding", "coming"; not the conversation's own ("checking")."""
+    return len(word) > 4 and word.endswith("ing") and word not in _GENERIC_ING
+
+
 def _participle(word: str) -> bool:
     return (len(word) > 3 and word.endswith("ed")) or word in _IRREGULAR_PARTICIPLES
 
@@ -191,6 +210,8 @@ def _will_commits(words: Sequence[str], i: int) -> bool:
         return False  # "drivers will now leave it at the back door": how things are done
     if verb == "be":
         _, after = _next_content(words, j)
+        if _progressive(after):  # "we'll be refunding the £20"
+            return True
         if after == "in":  # "we'll be in touch": contact, not a place
             return words[j + 2 : j + 3] == ["touch"]
         return _participle(after) or after in ("there", "round", "over")
@@ -262,10 +283,18 @@ def _other_commits(words: Sequence[str], agent: bool) -> bool:
             _, verb = _next_content(words, i)
             if verb.endswith("ing") and verb not in _GENERIC_ING:
                 return True
-        # "the pickup is booked for Friday", "I've scheduled DPD to fetch it"
+        # "the pickup is booked for Friday", "I've booked a callback for Monday", "I've
+        # scheduled DPD to fetch it", "I've asked Yodel to pick it up"
         arranged = word in _ARRANGED and i > 0 and words[i - 1] != "not"
-        if arranged and (nxt in ("for", "in") or _causative(words, i - 1)):
+        if arranged and ({"for", "in"} & set(words[i + 1 : i + 4]) or _causative(words, i - 1)):
             return True
+        if word in _ASKED and nxt not in ("you", "me") and _causative(words, i - 1):
+            return True
+        # "DPD are coming to get it on Monday": the present progressive of a set future
+        if word in ("is", "are") and i > 0 and words[i - 1] not in _FORECAST_SUBJECTS:
+            _, verb = _next_content(words, i)
+            if _progressive(verb) and _FUTURE_TIMES & set(words[i:]):
+                return True
     return False
 
 
@@ -609,8 +638,8 @@ def reports_done(text: str) -> bool:
 # wrong match hides a promise still owed, which is worse than showing a kept one as open.
 MIN_COSINE = 0.45
 MIN_COSINE_WITH_EVIDENCE = 0.3
-# A report that names the promised kind of act and says it is what was promised ("someone
-# called me back like you said") keeps it down to here: its own fulfilment in few words
+# A report that names the promised kind of act and is tied to the promise (its weekday or
+# amount, or "like you said") keeps it down to here: its own fulfilment in few words
 # meets a promise at 0.17 (half A's lowest).
 MIN_COSINE_REFERRED = 0.1
 # Words that say when, not what: a weekday or "thanks" shared by two turns is no topic.
@@ -758,6 +787,11 @@ _THING_STARTS = _word_set(
     the it your my them this that
     """
 )
+_BE = _word_set(
+    """
+    is was are were be been
+    """
+)
 _TAKE = _word_set(
     """
     take takes took taken taking
@@ -766,6 +800,12 @@ _TAKE = _word_set(
 
 
 def _clause_acts(words: Sequence[str]) -> set[str]:
+    # "our cat is called Peanuts": a name, not a phone call ("I was called by your team" is)
+    words = [
+        w
+        for i, w in enumerate(words)
+        if not (w == "called" and i and words[i - 1] in _BE and words[i + 1 : i + 2] != ["by"])
+    ]
     acts = {kind for kind, names in _ACT_WORDS.items() if names & set(words)}
     # "£12 back", "the delivery charge back", "credited back": the money
     money = bool(_AMOUNT.search(" ".join(words)) or _PAID_BACK & set(words))
@@ -779,7 +819,9 @@ def _clause_acts(words: Sequence[str]) -> set[str]:
         j = i + 1 + (nxt in _ON_THE_WAY)
         # "a driver will come for the desk", "they'll call round for it": to take it
         thing = words[j + 1] if j + 1 < len(words) else ""
-        if word in _GO_FOR and words[j : j + 1] == ["for"] and thing in _THING_STARTS:
+        # "coming to get it": to fetch it
+        fetch = words[j : j + 2] == ["to", "get"] and word in _GO_FOR
+        if fetch or (word in _GO_FOR and words[j : j + 1] == ["for"] and thing in _THING_STARTS):
             acts.add(_COLLECT)
             acts.discard(_CALL)
             if last_bring < j:  # "came for the desk", not "came for it and brought a new one"

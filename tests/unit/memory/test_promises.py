@@ -314,24 +314,22 @@ def test_fulfilment_by_the_same_kind_of_act_in_other_words() -> None:
     assert fulfilment(0, [1], vectors, done, texts) == 1
 
 
-def test_fulfilment_by_the_same_act_on_the_promised_day() -> None:
-    texts = ["Our manager will phone you on Friday.", "Your manager rang me on Friday."]
-    vectors = _unit([1, 0], [0.15, 0.99])  # far apart by cosine
-    done = np.array([False, True])
-    assert fulfilment(0, [1], vectors, done, texts) == 1
-    texts[1] = "The lamp arrived on Friday."  # the same day, another act
-    assert fulfilment(0, [1], vectors, done, texts) is None
-
-
-def test_fulfilment_by_a_report_that_refers_back() -> None:
+def test_fulfilment_by_a_report_tied_to_the_promise() -> None:
     texts = ["Our manager will phone you on Friday.", "Your manager rang me, as promised."]
     vectors = _unit([1, 0], [0.15, 0.99])  # far apart by cosine
     done = np.array([False, True])
     assert fulfilment(0, [1], vectors, done, texts) == 1
-    texts[1] = "Your manager rang me."  # no reference back: too far apart
+    texts[1] = "Your manager rang me on Friday."  # the promised day
+    assert fulfilment(0, [1], vectors, done, texts) == 1
+    texts[1] = "Your manager rang me."  # nothing ties it to this promise: too far apart
     assert fulfilment(0, [1], vectors, done, texts) is None
-    texts[1] = "The lamp arrived, as promised."  # refers back, but another act
+    texts[1] = "The lamp arrived on Friday, as promised."  # tied, but another act
     assert fulfilment(0, [1], vectors, done, texts) is None
+
+
+def test_a_name_is_no_call() -> None:
+    assert promises._acts_of(["Our cat is called Peanuts."]) == frozenset()
+    assert promises._acts_of(["I was called by your team."]) == {"call"}
 
 
 def test_a_chase_that_refers_back_never_keeps() -> None:
