@@ -44,6 +44,9 @@ STILL = {
     "memstream_start_time_seconds": "set once, when the process starts",
     "memstream_encoder_cache_hits_total": "only a repeated cluster description hits the cache",
     "memstream_consolidations_cut_total": "only input past the consolidator's bounds is cut",
+    "memstream_rpc_shed_total": "only an overload sheds (tests/integration/test_admission.py)",
+    "memstream_rpc_concurrency_limit": "steps only after windows the limit held back",
+    "memstream_rpc_in_flight": "0 between requests",
 }
 
 
@@ -124,6 +127,11 @@ OWNED = {
     "serve": {
         "memstream_retrieval_latency_seconds",
         "memstream_http_requests_total",
+        "memstream_rpc_admitted_total",
+        "memstream_rpc_shed_total",
+        "memstream_rpc_queue_seconds",
+        "memstream_rpc_concurrency_limit",
+        "memstream_rpc_in_flight",
         *EVERY_PROCESS,
         *ENCODING,
     },

@@ -98,7 +98,7 @@ def test_recency_counts_from_the_users_newest_event_not_the_clock() -> None:
     assert later["old"].boost < later["new"].boost
 
 
-def test_a_memory_is_timed_by_its_sources_and_ranked_by_the_turns_it_brings() -> None:
+def test_a_memory_is_timed_by_what_it_shows_and_ranked_by_the_turns_it_brings() -> None:
     turns = user(
         [
             ("a", "1", "parcel delivered at the door", 0, unit(1.0)),
@@ -119,7 +119,8 @@ def test_a_memory_is_timed_by_its_sources_and_ranked_by_the_turns_it_brings() ->
     )
     found = candidates(retriever(), turns, "parcel delivered", (m,))
     memory = found["m1"]
-    assert memory.ts == turns.docs[1].ts  # its newest source's event time
+    # as current as its newest shown line ("a"), not its newest source ("b", not shown)
+    assert memory.ts == turns.docs[0].ts
     assert memory.source_event_ids == ("a", "b")  # best first for this query
     assert memory.shows == ("a",)
     # No more relevant than the weakest turn it brings into the ranking.
