@@ -257,8 +257,11 @@ def create_api(deps: ApiDeps) -> FastAPI:
             float | None,
             Header(
                 alias=DEADLINE_HEADER,
-                description="the caller's budget in ms from when the server reads the "
-                "request; work not started by then is dropped (504)",
+                # at least 1 ms: a budget spent before the server reads the request is the
+                # caller's mistake (422), not a timeout of the server's (504)
+                ge=1,
+                description="the caller's budget in ms (at least 1) from when the server "
+                "reads the request; work not started by then is dropped (504)",
             ),
         ] = None,
     ) -> RetrieveResponse:
