@@ -158,7 +158,8 @@ def score_candidates(
     memory_ts = [_event_time(m, turns) for m in memory_list]
     # What a memory says is as new as its newest shown line: a source it was fed but does
     # not show (a turn the consolidator read and did not take up) makes it no more current.
-    said_ts = [_event_time(m, turns, _shown_events(m) or None) for m in memory_list]
+    shown = [_shown_events(m) for m in memory_list]
+    said_ts = [_event_time(m, turns, s or None) for m, s in zip(memory_list, shown, strict=True)]
     memory_texts = [_closing_kept(m, render(m), turns) for m in memory_list]
     # The newer statements about a keyed memory's subject (an order, an email;
     # ``memory.reconcile``) compete as turns as relevant as the memory: listed newest first,
@@ -232,10 +233,10 @@ def score_candidates(
             source_event_ids=_best_first(m.source_event_ids, rank_of),
             boost=boost(ts),
             strength_span=p.strength_span,
-            shows=_shown_events(m),
+            shows=shows,
         )
-        for m, text, rel, ts, said in zip(
-            memory_list, memory_texts, relevance, memory_ts, said_ts, strict=False
+        for m, text, rel, ts, said, shows in zip(
+            memory_list, memory_texts, relevance, memory_ts, said_ts, shown, strict=False
         )
     ]
     turn_boost = (

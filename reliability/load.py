@@ -20,7 +20,7 @@ import httpx
 
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, service
-from rpc.client import retry_delay
+from rpc.client import MAX_RETRY_AFTER_S, retry_delay
 
 NAME = "load"
 _SHED_HINTS = {"retry-after", "retry-after-ms"}
@@ -67,7 +67,7 @@ async def run(ctx: Context) -> list[Row]:
                     continue
                 if answer.status_code in (429, 503) and _SHED_HINTS & answer.headers.keys():
                     shed += 1
-                    await asyncio.sleep(retry_delay(0, answer, 0.1, 5.0, rng))
+                    await asyncio.sleep(retry_delay(0, answer, 0.1, MAX_RETRY_AFTER_S, rng))
                     continue
                 latencies.append((time.perf_counter() - started) * 1000)
                 if answer.status_code != 200:
