@@ -89,6 +89,9 @@ class Probe:
     stale_event_ids: tuple[str, ...] = ()
     fulfilled_by: tuple[str, ...] = ()  # promise_kept: the fulfilment spans, other words
     outcome: str = ""  # promises: "kept", "kept late", "never"
+    # status: whether the text lets a reader tie the name asked by to the current statement
+    # (it names the order as asked, or some turn names its number and its thing together)
+    names_tied: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -603,12 +606,14 @@ def _probes(customer: Customer) -> tuple[list[Probe], int]:
             dropped += 1
             continue
         kind: ProbeKind
+        tied: bool | None = None
         if fact.startswith("order"):
             kind = "status"
             data = customer.step_data[fact]
             by_ref = customer.rng.random() < 0.5
             name = "status_ref" if by_ref else "status_product"
             question = _question(customer, name, data)
+            tied = order_names_tied(texts, last.event_id, data, by_ref)
         elif fact.startswith("one_off"):
             kind = "one_off"
             question = _question(customer, fact.split()[-1], {})
@@ -623,9 +628,25 @@ def _probes(customer: Customer) -> tuple[list[Probe], int]:
                 uid, kind, question, tuple(current), tuple(dict.fromkeys(stale)),
                 last.event_id, fact,
                 stale_event_ids=tuple(dict.fromkeys(s.event_id for s in stale_said)),
+                names_tied=tied,
             )
         )  # fmt: skip
     return probes, dropped
+
+
+def order_names_tied(
+    texts: dict[str, str], current_id: str, data: dict[str, str], by_ref: bool
+) -> bool:
+    """Whether the current statement names the order as the question does, or a turn names its
+    number and its thing together: else no reader of the text can know they are one order."""
+
+    def words(text: str) -> str:
+        return f" {' '.join(re.findall(r'[a-z0-9]+', text.lower()))} "
+
+    ref, product = words(data["ref"]), words(data["product"])
+    asked = ref if by_ref else product
+    said = [words(t) for t in texts.values()]
+    return asked in words(texts[current_id]) or any(ref in t and product in t for t in said)
 
 
 def generate(customers: int, seed: int, half: Half, tenant: str = "demo") -> CsStream:

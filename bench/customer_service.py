@@ -232,8 +232,18 @@ def figures(probes: Sequence[Probe], scored: Sequence[Scored]) -> dict[str, floa
 def per_kind(probes: Sequence[Probe], scored: Sequence[Scored]) -> dict[str, dict[str, float]]:
     """kind -> n and the figure that applies to it (and stale first for value kinds)."""
     out: dict[str, dict[str, float]] = {}
-    for kind in KINDS:
-        mine = [s for p, s in zip(probes, scored, strict=True) if p.kind == kind]
+    pairs = list(zip(probes, scored, strict=True))
+    groups: list[tuple[str, list[Scored]]] = [
+        (kind, [s for p, s in pairs if p.kind == kind]) for kind in KINDS
+    ]
+    # Where no turn ties the name asked by to the current statement's, no reader can find it.
+    groups += [
+        (f"status, names {'tied' if tied else 'never tied'}", [
+            s for p, s in pairs if p.kind == "status" and p.names_tied is tied
+        ])
+        for tied in (True, False)
+    ]  # fmt: skip
+    for kind, mine in groups:
         if not mine:
             continue
         row = {"n": float(len(mine))}

@@ -54,11 +54,12 @@ _TOKEN_RE = re.compile(
 _CJK_RE = re.compile(f"[{_CJK}]+")
 
 
-def _word_set(words: str) -> frozenset[str]:
+def word_set(words: str) -> frozenset[str]:
+    """The words of a whitespace-separated list, as a set: how word lists are written."""
     return frozenset(words.split())
 
 
-_STOPWORDS = _word_set(
+_STOPWORDS = word_set(
     """
     a about above after again against all am an and any are as at be because been before being
     below between both but by can could did do does doing down during each few for from further
@@ -76,7 +77,7 @@ _STOPWORDS = _word_set(
 
 # Words that carry no information in a customer-service chat on their own: greetings, thanks,
 # acknowledgements. They never count as content words for salience.
-_FILLER_WORDS = _word_set(
+_FILLER_WORDS = word_set(
     """
     hi hello hey hiya yo greetings morning afternoon evening night good goodnight thanks thank
     thx ty cheers appreciate appreciated much lot ok okay okey k kk fine great cool nice awesome

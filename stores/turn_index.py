@@ -37,7 +37,7 @@ import numpy.typing as npt
 from memory.chatter import chatter_mask
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.names import Names, names_of
-from memory.profile import attributes_of
+from memory.profile import NO_ATTRIBUTE, attributes_of
 from memory.ranking import turn_text
 from memory.turns import Exemplars, promises, reports_something_done, said_as, says_something
 from schemas import StoredTurn
@@ -119,6 +119,8 @@ class UserTurns:
             known.texts[h] if known is not None and h >= 0 else turn_text(t)
             for t, h in zip(docs, held.tolist(), strict=True)
         ]
+        salient = _salient(docs, vectors, exemplars, held, known.salient if known else None)
+        attribute = _attributes(docs, vectors, exemplars, held, known)
         return cls(
             version=version,
             ids=[t.event_id for t in docs],
@@ -132,9 +134,9 @@ class UserTurns:
             speaker_of=np.array([t.speaker or t.role for t in docs], dtype=object),
             speaker_names=tuple(sorted({t.speaker or t.role for t in docs})),
             by_entity=by_entity,
-            names=names_of(docs),
-            salient=_salient(docs, vectors, exemplars, held, known.salient if known else None),
-            attribute=_attributes(docs, vectors, exemplars, held, known),
+            names=names_of(docs, plain=_plain(salient, attribute)),
+            salient=salient,
+            attribute=attribute,
             promise=_marks(promises, docs, held, known.promise if known else None),
             done=_marks(reports_something_done, docs, held, known.done if known else None),
             line_keys=_marks(
@@ -172,6 +174,8 @@ class UserTurns:
                 by_entity[key] = [*by_entity.get(key, ()), row]
         added = np.stack([r.vector for r in rows])
         vectors = np.concatenate([self.vectors, added])
+        salient = _salient(docs, added, exemplars)
+        attribute = _attributes(docs, added, exemplars)
         return UserTurns(
             version=version,
             ids=self.ids + [t.event_id for t in docs],
@@ -185,9 +189,14 @@ class UserTurns:
             speaker_of=np.concatenate([self.speaker_of, np.array(speakers, dtype=object)]),
             speaker_names=tuple(sorted({*self.speaker_names, *speakers})),
             by_entity=by_entity,
-            names=names_of(docs, self.names),
-            salient=np.concatenate([self.salient, _salient(docs, added, exemplars)]),
-            attribute=np.concatenate([self.attribute, _attributes(docs, added, exemplars)]),
+            names=names_of(
+                docs,
+                self.names,
+                before=self.docs[-1] if self.docs else None,
+                plain=_plain(salient, attribute),
+            ),
+            salient=np.concatenate([self.salient, salient]),
+            attribute=np.concatenate([self.attribute, attribute]),
             promise=np.concatenate([self.promise, _marks(promises, docs)]),
             done=np.concatenate([self.done, _marks(reports_something_done, docs)]),
             line_keys=np.concatenate([self.line_keys, _marks(said_as, docs, kind=np.int64)]),
@@ -270,6 +279,12 @@ def _attributes(
     fresh = np.flatnonzero(~reuse)
     out[fresh] = attributes_of([docs[i] for i in fresh.tolist()], vectors[fresh], prototypes)
     return out
+
+
+def _plain(salient: npt.NDArray[np.bool_], attribute: npt.NDArray[np.int8]) -> list[bool]:
+    """Rows that may name a thing by answering a question: content, not a standing attribute."""
+    plain: list[bool] = (salient & (attribute == NO_ATTRIBUTE)).tolist()
+    return plain
 
 
 def _order(row: TurnWithVector) -> tuple[float, str]:

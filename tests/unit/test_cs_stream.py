@@ -7,7 +7,7 @@ import pytest
 
 from bench import cs_phrases
 from bench.cs_score import NewestFirstBM25, SmallTalk, content_lines, score
-from bench.cs_stream import CsStream, Probe, generate, norm, render
+from bench.cs_stream import CsStream, Probe, generate, norm, order_names_tied, render
 
 FORTY = 40
 
@@ -181,3 +181,22 @@ def test_the_baseline_takes_its_hits_first_then_the_newest_turns_shown_newest_fi
         "user: ok thanks",
         "user: my address is 1 Elm Road",
     ]
+
+
+def test_a_status_probe_says_whether_the_text_ties_its_names(streams: dict[str, CsStream]) -> None:
+    stream = streams["A"]
+    status = [p for p in stream.probes if p.kind == "status"]
+    assert {p.names_tied for p in status} == {True, False}  # both kinds occur
+    assert all(p.names_tied is None for p in stream.probes if p.kind != "status")
+    order = {"ref": "#40593", "product": "oak bookcase"}
+    apposition = {
+        "e1": "The oak bookcase (order #40593) is late.",
+        "e2": "It came, the oak bookcase.",
+    }
+    apart = {"e1": "Order #40593 is late.", "e2": "It came, the oak bookcase."}
+    assert order_names_tied(apposition, "e2", order, by_ref=True)
+    assert not order_names_tied(apart, "e2", order, by_ref=True)
+    assert order_names_tied(apart, "e2", order, by_ref=False)  # asked as the statement names it
+    assert not order_names_tied(
+        {"e1": "Order #405931 came."}, "e1", order, by_ref=True
+    )  # whole words

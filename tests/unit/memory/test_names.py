@@ -82,3 +82,82 @@ def test_having_every_term() -> None:
     assert LEXICAL.having(["oak", "bookcase"]) == {"e0", "e2"}
     assert LEXICAL.having(["oak", "kettle"]) == set()
     assert LEXICAL.having([]) == set()
+
+
+def said(i: int, role: str, text: str, entities: list[str], session: str = "s1") -> StoredTurn:
+    return turn(i, text, entities).model_copy(update={"role": role, "session_id": session})
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "names"),
+    [
+        # The question names the key, the answer the thing.
+        (
+            said(0, "user", "Is there an update on order #90118?", ["order:90118"]),
+            said(1, "assistant", "I've sent a new one out for the oak bookcase.", []),
+            {"order:90118": {("oak", "bookcase")}},
+        ),
+        # The question names the thing, the answer the key.
+        (
+            said(0, "user", "Any news on my stand mixer?", []),
+            said(1, "assistant", "Order K-2211 was delivered on Thursday.", ["order:K-2211"]),
+            {"order:K-2211": {("stand", "mixer")}},
+        ),
+        # The phrase ends at the first word that cannot be part of a name.
+        (
+            said(0, "user", "Where is order #5501 now?", ["order:5501"]),
+            said(1, "assistant", "Sadly the office chair got stuck in Leeds.", []),
+            {"order:5501": {("office", "chair")}},
+        ),
+        # "the parcel" could be any order's: it names none.
+        (
+            said(0, "user", "Is there an update on order #90118?", ["order:90118"]),
+            said(1, "assistant", "The parcel is at the depot.", []),
+            {},
+        ),
+        # Not a question, the same speaker, or another session: no answer.
+        (
+            said(0, "user", "Order #90118 is late.", ["order:90118"]),
+            said(1, "assistant", "Sorry about the oak bookcase.", []),
+            {},
+        ),
+        (
+            said(0, "user", "Is there an update on order #90118?", ["order:90118"]),
+            said(1, "user", "It's the oak bookcase.", []),
+            {},
+        ),
+        (
+            said(0, "user", "Is there an update on order #90118?", ["order:90118"]),
+            said(1, "assistant", "Sorry about the oak bookcase.", [], session="s2"),
+            {},
+        ),
+        # Both sides name a key: nothing to tie.
+        (
+            said(0, "user", "Is order #90118 the oak bookcase?", ["order:90118"]),
+            said(1, "assistant", "No, order #777 is the oak bookcase.", ["order:777"]),
+            {},
+        ),
+    ],
+)
+def test_an_answer_ties_the_thing_to_the_key_its_question_named(
+    question: StoredTurn, answer: StoredTurn, names: dict[str, set[tuple[str, ...]]]
+) -> None:
+    assert names_of([question, answer]) == names
+    # The same when the answer arrives in a later batch than its question.
+    assert names_of([answer], before=question) == names
+
+
+def test_an_answer_that_is_small_talk_or_an_attribute_names_nothing() -> None:
+    question = said(0, "user", "Is there an update on order #90118?", ["order:90118"])
+    answer = said(1, "assistant", "I've updated your delivery address.", [])
+    assert names_of([question, answer], plain=[True, False]) == {}
+    assert names_of([question, answer], plain=[True, True]) == {
+        "order:90118": {("delivery", "address")}
+    }
+
+
+def test_an_answer_never_moves_a_name_another_key_has() -> None:
+    known = {"order:777": frozenset({("oak", "bookcase")})}
+    question = said(0, "user", "Is there an update on order #90118?", ["order:90118"])
+    answer = said(1, "assistant", "I've sent a new one out for the oak bookcase.", [])
+    assert names_of([question, answer], known) == known
