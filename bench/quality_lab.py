@@ -347,7 +347,7 @@ def main() -> None:
         changes[name] = type(getattr(RankingParams(), name))(value)
     params = RankingParams(**changes)
     metrics: tuple[str, ...] = ("R@10", "ER@256", "ER@512", "ER@1024")
-    metrics += (f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}")
+    metrics += ("AT@256", "AT@512", "AT@1024", f"R@10{POSITION_RULE}", f"ER@1024{CREDITED}")
     if not args.no_memories:  # the share of contexts with a memory in them, per budget
         metrics += tuple(f"{HOLDS_MEMORY}@{b}" for b in BUDGETS)
     for mode in args.mode or MODES:

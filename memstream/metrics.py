@@ -226,6 +226,20 @@ class Metrics:
             "Retrievals in flight (admitted, not yet answered).",
             registry=registry,
         )
+        self.ingest_lag = Gauge(
+            "memstream_rpc_ingest_lag",
+            "Events accepted and not yet memorized, as the RPC reads it from the broker: the "
+            "processors' consumer-group lag on the events and encoded topics, plus what this "
+            "process accepted since (the measure rpc.ingest_max_lag bounds).",
+            registry=registry,
+        )
+        self.ingest_refused = Counter(
+            "memstream_rpc_ingest_refused_total",
+            "POST /v1/events requests refused whole with a 429 because the ingest lag was "
+            "past rpc.ingest_max_lag, by tenant.",
+            ["tenant"],
+            registry=registry,
+        )
         self.memories = Gauge(
             "memstream_longterm_memories",
             "Consolidated memories in the long-term store (sampled).",
@@ -378,10 +392,11 @@ class Metrics:
                     self.retrieval_latency.labels(phase)
 
     def declare_tenants(self, tenants: Iterable[str]) -> None:
-        """Export the shed series of the tenants the API keys name at zero."""
+        """Export the shed and ingest-refusal series of the tenants the API keys name at zero."""
         for tenant in tenants:
             for reason in SHED_REASONS:
                 self.shed.labels(reason, tenant)
+            self.ingest_refused.labels(tenant)
 
 
 # Units of the catalogue table; names carry them too (``_seconds``, ``_total``).
@@ -408,6 +423,8 @@ UNITS = {
     "memstream_rpc_queue_seconds": "seconds",
     "memstream_rpc_concurrency_limit": "requests",
     "memstream_rpc_in_flight": "requests",
+    "memstream_rpc_ingest_lag": "events",
+    "memstream_rpc_ingest_refused_total": "requests",
 }
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"

@@ -24,8 +24,16 @@ from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
 from memstream.settings import Settings
-from memstream.wiring import Dependencies, LongTermOpener, Role, Stack, build_app, open_longterm
-from rpc.serving import make_server, start_api
+from memstream.wiring import (
+    Dependencies,
+    LongTermOpener,
+    Role,
+    Stack,
+    build_app,
+    ingest_groups,
+    open_longterm,
+)
+from rpc.serving import make_server, start_api, stop_api
 from stores.broker import on_start
 from stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
 
@@ -222,6 +230,7 @@ def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
             state=deps.state,
             longterm=deps.longterm,
             metrics=deps.metrics,
+            ingest_groups=ingest_groups(running.settings),
         )
         if follow is not None:
             _follow(api, follow, running.stack.redis_url, running.settings)
@@ -235,7 +244,7 @@ def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
             await serving
         finally:
             server.should_exit = True
-            await publisher.close()
+            await stop_api(api, publisher)
 
     on_start(running.app, serve_api)
 
@@ -307,11 +316,12 @@ async def _serve_alone(settings: Settings) -> None:
         state=state,
         longterm=longterm,
         metrics=metrics,
+        ingest_groups=ingest_groups(settings),
     )
     _follow(api, base, settings.redis.url, settings)
     try:
         await make_server(api, settings, guest=False).serve()
     finally:
-        await publisher.close()
+        await stop_api(api, publisher)
         await state.close()
         await longterm.close()

@@ -229,12 +229,23 @@ def app_id_for(roles: frozenset[Role], topic_prefix: str) -> str:
     return topic_prefix if len(stream_roles) > 1 else f"{topic_prefix}-{stream_roles[0]}"
 
 
-def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
-    settings, metrics = deps.settings, deps.metrics
+def ingest_groups(settings: Settings) -> list[str]:
+    """The consumer groups the processors (encode, memorize) may read the events in: theirs
+    when they run with the consolidator (``memstream up``) or alone (``memstream worker``)."""
+    layouts: list[frozenset[Role]] = [frozenset({"process", "consolidate"}), frozenset({"process"})]
+    return [group_id(settings, roles) for roles in layouts]
+
+
+def group_id(settings: Settings, roles: frozenset[Role]) -> str:
     app_id = app_id_for(roles, settings.kafka.topic_prefix)
     if settings.kafka.generation:  # a rebuilt generation reads the log in groups of its own
         app_id = f"{app_id}-{settings.kafka.generation}"
-    app = create_app(settings, app_id=app_id, broker_url=stack.broker_url)
+    return app_id
+
+
+def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
+    settings, metrics = deps.settings, deps.metrics
+    app = create_app(settings, app_id=group_id(settings, roles), broker_url=stack.broker_url)
     topics = create_topics(app, settings)
     consolidator: Consolidator | None = None
     if "process" in roles:

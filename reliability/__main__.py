@@ -29,6 +29,7 @@ FAMILIES = (
     "isolation",
     "fuzz",
     "load",
+    "burst",
     "crashes",
     "outages",
     "adversarial",

@@ -7,7 +7,9 @@ tenant or user is a 404, not a 403: its existence is not disclosed). Client mist
 real keys are configured, 404 no such memory, 413 a body over ``rpc.max_body_bytes``
 (declared or chunked), 422 a body, path or query that does not validate. Retrieval passes
 admission control first (``rpc.gate``): 503 / 429 with ``Retry-After`` when refused, 504
-when the caller's ``X-Request-Deadline-Ms`` passed before the work started.
+when the caller's ``X-Request-Deadline-Ms`` passed before the work started. Event intake is
+refused whole with a 429 and ``Retry-After`` while the pipeline lags past
+``rpc.ingest_max_lag`` (``rpc.ingest``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from memstream.metrics import Metrics
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
 from rpc.feedback import FeedbackSink
 from rpc.gate import DEADLINE_HEADER, Gate, params_of
+from rpc.ingest import IngestGuard
 from rpc.retrieval import Retriever
 from schemas import (
     AddEventsRequest,
@@ -73,6 +76,11 @@ SHED: dict[int | str, dict[str, object]] = {
     504: {"model": ErrorBody, "description": f"`{DEADLINE_HEADER}` passed before the work "
           "started; it was not done"},
 }  # fmt: skip
+INGEST_SHED: dict[int | str, dict[str, object]] = {
+    429: {"model": ErrorBody, "description": "the pipeline is behind (`rpc.ingest_max_lag` "
+          "events accepted and not yet memorized): none of the request's events were "
+          "accepted; send the same request again after `Retry-After` s (`Retry-After-Ms` ms)"},
+}  # fmt: skip
 NOT_FOUND: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorBody, "description": "no such memory for this tenant and user"}
 }
@@ -85,6 +93,7 @@ class ApiDeps:
     publisher: EventPublisher
     metrics: Metrics
     feedback: FeedbackSink | None = None  # None: nothing reported (tests, benchmarks)
+    ingest: IngestGuard | None = None  # None: event intake never refused (tests, benchmarks)
 
 
 # Declared as security schemes (not header parameters) so that the OpenAPI document says
@@ -348,13 +357,16 @@ def create_api(deps: ApiDeps) -> FastAPI:
         "/v1/events",
         response_model=AddEventsResponse,
         status_code=202,
-        responses=ERRORS,
+        responses={**ERRORS, **INGEST_SHED},
         tags=["events"],
     )
     async def add_events(body: AddEventsRequest, tenant_id: Tenant) -> AddEventsResponse:
         """Publish turns to ``memstream.events`` (202: accepted, not yet processed). A turn is
         retrievable once encode and memorize have handled it: well under a second when idle,
-        seconds while a backlog is queued."""
+        seconds while a backlog is queued. Past ``rpc.ingest_max_lag`` events not yet
+        memorized, a 429 refuses the whole request: send it again after ``Retry-After``."""
+        if deps.ingest is not None:
+            deps.ingest.admit(tenant_id)
         now = datetime.now(UTC)
         events = [
             InteractionEvent(
@@ -372,6 +384,8 @@ def create_api(deps: ApiDeps) -> FastAPI:
         await deps.publisher.publish_many(
             settings.topic("events"), [(e.user_key, e.model_dump_json().encode()) for e in events]
         )
+        if deps.ingest is not None:
+            deps.ingest.accepted(len(events))
         return AddEventsResponse(accepted=len(events), event_ids=[e.event_id for e in events])
 
     @api.get("/healthz", tags=["operations"])
@@ -385,7 +399,10 @@ def create_api(deps: ApiDeps) -> FastAPI:
     @api.get("/readyz", tags=["operations"])
     async def readyz(request: Request) -> JSONResponse:
         """Ready when the stores answer. Catching up (a replay still settling) stays ready:
-        answers are valid, only incomplete; ``pending_events`` says how far behind."""
+        answers are valid, only incomplete; ``pending_events`` says how far behind.
+        ``ingest_lag`` (events accepted and not yet memorized, as last read from the broker;
+        null when unknown) never makes it unready: past ``ingest_max_lag`` only event
+        intake is refused, retrieval goes on."""
         started = time.perf_counter()
         pending = _pending_events(request)
         checks = {
@@ -399,6 +416,8 @@ def create_api(deps: ApiDeps) -> FastAPI:
             "checks": checks,
             "catching_up": pending > 0,
             "pending_events": pending,
+            "ingest_lag": None if deps.ingest is None else deps.ingest.lag(),
+            "ingest_max_lag": settings.rpc.ingest_max_lag,
             "took_ms": round((time.perf_counter() - started) * 1000, 2),
         }
         return JSONResponse(body, 200 if ok else 503)

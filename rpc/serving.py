@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import uvicorn
 from fastapi import FastAPI
@@ -13,9 +13,10 @@ from fastapi import FastAPI
 from memstream.metrics import Metrics
 from memstream.settings import Settings
 from rpc.feedback import FeedbackSink
+from rpc.ingest import IngestGuard
 from rpc.retrieval import QueryEncoder, Retriever, exemplars_of
 from rpc.server import ApiDeps, create_api
-from stores.broker import EventPublisher
+from stores.broker import ConsumerGroupLag, EventPublisher
 from stores.longterm import LongTermStore
 from stores.short_term import ShortTermState
 from stores.text_encoder import TextEncoder
@@ -37,10 +38,20 @@ async def start_api(
     state: ShortTermState,
     longterm: LongTermStore,
     metrics: Metrics,
+    ingest_groups: Sequence[str],
 ) -> tuple[FastAPI, EventPublisher]:
-    """Build the API with started clients; the caller closes the returned publisher."""
+    """Build the API with started clients; the caller stops them with ``stop_api``.
+
+    ``ingest_groups``: the consumer groups that may be the processors' (it depends on the
+    roles they run with); the ingest lag is read from whichever of them lags least."""
     publisher = EventPublisher(broker_url)
     await publisher.start()
+    lag = ConsumerGroupLag(
+        broker_url, ingest_groups, [settings.topic("events"), settings.topic("encoded")]
+    )
+    await lag.start()
+    ingest = IngestGuard(lag, settings.rpc, metrics)
+    ingest.start()
     await longterm.ensure_collection(encoder.dim)
     retriever = Retriever(
         queries=QueryEncoder(encoder),
@@ -62,10 +73,19 @@ async def start_api(
             publisher=publisher,
             metrics=metrics,
             feedback=feedback,
+            ingest=ingest,
         )
     )
     _freeze_startup_objects()
     return api, publisher
+
+
+async def stop_api(api: FastAPI, publisher: EventPublisher) -> None:
+    """Stop what ``start_api`` started."""
+    deps: ApiDeps = api.state.deps
+    if deps.ingest is not None:
+        await deps.ingest.close()
+    await publisher.close()
 
 
 def _freeze_startup_objects() -> None:

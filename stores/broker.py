@@ -352,3 +352,123 @@ class EventPublisher:
 
     async def close(self) -> None:
         await self._producer.stop()
+
+
+# -- a consumer group's lag, as the broker reports it ---------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    """Records of some topics that a consumer group has not committed yet."""
+
+    lag: int
+    committed: int  # the group's committed offsets, summed: how far it has come (its pace)
+    group: str | None  # the group read; None: none has committed yet (everything is lag)
+
+
+class ConsumerGroupLag:
+    """End offsets against a consumer group's committed offsets, read from the broker.
+
+    What any Kafka tool reports as the group's lag, so a producer elsewhere sees the same
+    number. It never joins the group: a consumer with the group's id that subscribes to
+    nothing only fetches the group's offsets (aiokafka's admin client cannot parse Tansu's
+    OffsetFetch answer; the consumer's request can). Of several candidate groups (the
+    processors' group depends on the roles they run with) the one that lags least is the
+    one reading now: a stale group of an earlier layout only lags more.
+
+    The end offsets are the high watermarks of fetch answers, from a consumer (no group)
+    that follows the topics' tails and drops what it reads. Tansu answers ListOffsets with
+    the last record batch's base offset + 1, short of the end by the size of that batch
+    less one (a partition holding one batch of 5 records said 1); its fetch answers carry
+    the true high watermark. ListOffsets stands in only until a partition's first fetch.
+    """
+
+    def __init__(
+        self, broker_url: str, groups: Sequence[str], topics: Sequence[str], timeout_s: float = 5.0
+    ) -> None:
+        self.groups = list(groups)
+        self.topics = list(topics)
+        self.timeout_s = timeout_s
+        servers = bootstrap_servers(broker_url)
+        self._ends = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            max_partition_fetch_bytes=256 * 1024,  # only the answers' watermarks are wanted
+        )
+        self._members = {
+            g: aiokafka.AIOKafkaConsumer(
+                bootstrap_servers=servers, group_id=g, enable_auto_commit=False
+            )
+            for g in self.groups
+        }
+        self._partitions: list[aiokafka.TopicPartition] = []
+
+    async def start(self) -> None:
+        await self._ends.start()
+        for member in self._members.values():
+            await member.start()
+
+    async def read(self) -> GroupLag:
+        return await asyncio.wait_for(self._read(), self.timeout_s)
+
+    async def _read(self) -> GroupLag:
+        tps = await self._topic_partitions()
+        if not tps:
+            return GroupLag(0, 0, None)
+        # Drop what the tail consumer fetched: its fetches go on only once it is taken.
+        await self._ends.getmany(timeout_ms=0)
+        watermarks = {tp: self._ends.highwater(tp) for tp in tps}
+        unknown = [tp for tp, w in watermarks.items() if w is None]
+        listed = await self._ends.end_offsets(unknown) if unknown else {}
+        ends: dict[aiokafka.TopicPartition, int] = {
+            tp: listed[tp] if w is None else w for tp, w in watermarks.items()
+        }
+        starts: dict[aiokafka.TopicPartition, int] | None = None  # asked only when needed
+        best: GroupLag | None = None
+        for group, member in self._members.items():
+            done = await _committed(member, tps)
+            if all(d is None for d in done):
+                continue  # never committed: not this layout's group (or not started yet)
+            if starts is None and None in done:
+                starts = await self._ends.beginning_offsets(tps)
+            fallback = starts or {}
+            at = [fallback.get(tp, 0) if d is None else d for tp, d in zip(tps, done, strict=True)]
+            lag = sum(max(0, ends[tp] - a) for tp, a in zip(tps, at, strict=True))
+            if best is None or lag < best.lag:
+                best = GroupLag(lag, sum(at), group)
+        if best is not None:
+            return best
+        # No group has committed: a group that starts reads from the earliest offset.
+        starts = await self._ends.beginning_offsets(tps)
+        return GroupLag(sum(max(0, ends[tp] - starts[tp]) for tp in tps), 0, None)
+
+    async def _topic_partitions(self) -> list[aiokafka.TopicPartition]:
+        if len({tp.topic for tp in self._partitions}) < len(self.topics):
+            # Every topic's metadata, asked anew: a topic may exist by now.
+            cluster = await self._ends._client.fetch_all_metadata()
+            found: list[aiokafka.TopicPartition] = []
+            for topic in self.topics:
+                partitions = cluster.partitions_for_topic(topic) or set()
+                if partitions:  # tracked, so that offset requests know its leaders
+                    await self._ends._client.add_topic(topic)
+                found += [aiokafka.TopicPartition(topic, p) for p in sorted(partitions)]
+            if found != self._partitions:
+                self._ends.assign(found)
+                await self._ends.seek_to_end(*found)  # follows the tail from here on
+            self._partitions = found
+        return self._partitions
+
+    async def close(self) -> None:
+        for member in self._members.values():
+            await member.stop()
+        await self._ends.stop()
+
+
+async def _committed(
+    member: aiokafka.AIOKafkaConsumer, tps: list[aiokafka.TopicPartition]
+) -> list[int | None]:
+    """The group's committed offset of each partition (None: none), in one OffsetFetch: the
+    public ``committed`` asks one partition per request, a request per partition per read."""
+    found = await member._coordinator.fetch_committed_offsets(tps)
+    return [found[tp].offset if tp in found and found[tp].offset >= 0 else None for tp in tps]

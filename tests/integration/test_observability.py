@@ -47,6 +47,10 @@ STILL = {
     "memstream_rpc_shed_total": "only an overload sheds (tests/integration/test_admission.py)",
     "memstream_rpc_concurrency_limit": "steps only after windows the limit held back",
     "memstream_rpc_in_flight": "0 between requests",
+    "memstream_rpc_ingest_lag": "0 once caught up; read every 0.5 s, so a short replay may "
+    "never show it (tests/integration/test_ingest_backpressure.py)",
+    "memstream_rpc_ingest_refused_total": "only a lag past rpc.ingest_max_lag refuses "
+    "(tests/integration/test_ingest_backpressure.py)",
 }
 
 
@@ -132,6 +136,8 @@ OWNED = {
         "memstream_rpc_queue_seconds",
         "memstream_rpc_concurrency_limit",
         "memstream_rpc_in_flight",
+        "memstream_rpc_ingest_lag",
+        "memstream_rpc_ingest_refused_total",
         *EVERY_PROCESS,
         *ENCODING,
     },
