@@ -254,6 +254,11 @@ class RPCSettings(_Section):
     # at the 56-110 events/s measured on 2 cores. 0 = never refuse (the lag is still read).
     ingest_max_lag: int = 5000
     ingest_lag_interval_s: float = 0.5
+    # Retrieve's after_event_id waits at most this long for the event to be memorized
+    # (event -> retrievable is 0.2-0.5 s on 2 cores, seconds behind a backlog); the answer
+    # then says whether it was.
+    read_your_writes_max_ms: float = 2000.0
+    read_your_writes_poll_ms: float = 10.0
 
     @model_validator(mode="after")
     def _admission_bounds(self) -> RPCSettings:
@@ -269,6 +274,8 @@ class RPCSettings(_Section):
             raise ValueError("rpc.ingest_max_lag must be >= 0 (0: never refuse)")
         if self.ingest_lag_interval_s <= 0:
             raise ValueError("rpc.ingest_lag_interval_s must be > 0")
+        if self.read_your_writes_max_ms < 0 or self.read_your_writes_poll_ms <= 0:
+            raise ValueError("rpc.read_your_writes_max_ms must be >= 0 and poll_ms > 0")
         return self
 
 

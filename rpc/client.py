@@ -124,11 +124,15 @@ class _Calls:
 
     @staticmethod
     def retrieve(
-        user_id: str, query: str, budget_tokens: int, top_k: int
+        user_id: str, query: str, budget_tokens: int, top_k: int, after_event_id: str | None
     ) -> Call[RetrieveResponse]:
         body = RetrieveRequest(
-            user_id=user_id, query=query, budget_tokens=budget_tokens, top_k=top_k
-        ).model_dump(mode="json")
+            user_id=user_id,
+            query=query,
+            budget_tokens=budget_tokens,
+            top_k=top_k,
+            after_event_id=after_event_id,
+        ).model_dump(mode="json", exclude_none=True)
         return Call("POST", "/v1/retrieve", RetrieveResponse, body=body)
 
     @staticmethod
@@ -234,9 +238,16 @@ class MemoryClient:
         return self._send(_Calls.add(events))
 
     def retrieve(
-        self, user_id: str, query: str, *, budget_tokens: int = 512, top_k: int = 8
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int = 512,
+        top_k: int = 8,
+        after_event_id: str | None = None,
     ) -> RetrieveResponse:
-        return self._send(_Calls.retrieve(user_id, query, budget_tokens, top_k))
+        """``after_event_id``: read your own writes (see ``RetrieveRequest``)."""
+        return self._send(_Calls.retrieve(user_id, query, budget_tokens, top_k, after_event_id))
 
     search = retrieve
 
@@ -324,9 +335,18 @@ class AsyncMemoryClient:
         return await self._send(_Calls.add(events))
 
     async def retrieve(
-        self, user_id: str, query: str, *, budget_tokens: int = 512, top_k: int = 8
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int = 512,
+        top_k: int = 8,
+        after_event_id: str | None = None,
     ) -> RetrieveResponse:
-        return await self._send(_Calls.retrieve(user_id, query, budget_tokens, top_k))
+        """``after_event_id``: read your own writes (see ``RetrieveRequest``)."""
+        return await self._send(
+            _Calls.retrieve(user_id, query, budget_tokens, top_k, after_event_id)
+        )
 
     search = retrieve
 

@@ -207,6 +207,19 @@ class Retriever:
         self._slow_logged_at = -SLOW_LOG_INTERVAL_S
         self._slow_unlogged = 0
 
+    async def wait_memorized(
+        self, tenant_id: str, user_id: str, event_id: str, wait_s: float, poll_s: float
+    ) -> bool:
+        """Whether the event is memorized, waiting at most ``wait_s`` for it (a poll of one
+        key every ``poll_s``: the pipeline reports nothing per event to the RPC)."""
+        give_up = time.monotonic() + wait_s
+        while not await self.state.memorized(tenant_id, user_id, event_id):
+            left = give_up - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(poll_s, left))
+        return True
+
     async def retrieve(self, tenant_id: str, request: RetrieveRequest) -> RetrieveResponse:
         started = time.perf_counter()
         marks: dict[str, float] = {}  # step -> when it finished (perf_counter)

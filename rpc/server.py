@@ -276,11 +276,25 @@ def create_api(deps: ApiDeps) -> FastAPI:
     ) -> RetrieveResponse:
         """The memories and turns that answer ``query``, and a context within the budget."""
         _note_backlog(request, response)
+        memorized = None
+        if body.after_event_id is not None:
+            # Waited before taking an admission slot: a caller waiting on the pipeline holds
+            # none. With a deadline, the wait leaves half of it for the retrieval itself.
+            rpc = settings.rpc
+            wait_ms = rpc.read_your_writes_max_ms
+            if deadline_ms is not None:
+                wait_ms = min(wait_ms, deadline_ms / 2)
+            memorized = await deps.retriever.wait_memorized(
+                tenant_id, body.user_id, body.after_event_id, wait_ms / 1000,
+                rpc.read_your_writes_poll_ms / 1000,
+            )  # fmt: skip
         if gate is None:
             answer = await deps.retriever.retrieve(tenant_id, body)
         else:
             async with gate.slot(tenant_id, deadline_ms):
                 answer = await deps.retriever.retrieve(tenant_id, body)
+        if memorized is not None:
+            answer = answer.model_copy(update={"after_event_memorized": memorized})
         if deps.feedback is not None:
             deps.feedback.offer(
                 Feedback(

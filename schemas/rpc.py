@@ -22,6 +22,9 @@ class RetrieveRequest(Model):
     # "Now" for recency ("what is the latest..."): the user's newest event when absent, never
     # the server's clock, so a replayed log ranks as the live stream did.
     now: Timestamp | None = None
+    # Read your own writes: wait (at most ``rpc.read_your_writes_max_ms``) until this event
+    # of the user's is memorized, so a turn just posted is part of the answer.
+    after_event_id: Identifier | None = None
 
 
 class RetrievedItem(Model):
@@ -39,6 +42,8 @@ class RetrieveResponse(Model):
     context: str
     context_tokens: int
     took_ms: float
+    # Whether ``after_event_id`` was memorized when the answer was read (None: not asked).
+    after_event_memorized: bool | None = None
 
 
 class EventIn(Model):

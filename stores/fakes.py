@@ -270,6 +270,9 @@ class FakeShortTermState:
     async def newest_events(self, users: Sequence[tuple[str, str]]) -> list[float | None]:
         return [self._peek(tenant_id, user_id).newest for tenant_id, user_id in users]
 
+    async def memorized(self, tenant_id: str, user_id: str, event_id: str) -> bool:
+        return event_id in self._peek(tenant_id, user_id).seen
+
     async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None:
         return self._peek(tenant_id, user_id).tver
 

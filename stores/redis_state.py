@@ -775,6 +775,11 @@ class RedisState:
         )
         return [_text(i) for i in ids]
 
+    async def memorized(self, tenant_id: str, user_id: str, event_id: str) -> bool:
+        """Whether memorize applied the event: its processed mark, written in the turn's own
+        transaction (kept for the mark's TTL: what a caller just posted is covered)."""
+        return bool(await self.redis.exists(self._key(tenant_id, user_id, "seen", event_id)))
+
     async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
         """Every short-term turn id on the user's timeline, oldest first."""
         ids = await self.redis.zrange(self._key(tenant_id, user_id, "timeline"), 0, -1)

@@ -134,6 +134,10 @@ class ShortTermState(Protocol):
         any turn, or after a forget."""
         ...
 
+    async def memorized(self, tenant_id: str, user_id: str, event_id: str) -> bool:
+        """Whether memorize applied the event (its processed mark: kept for its TTL)."""
+        ...
+
     # -- the RPC's turn index
     async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None: ...
 

@@ -95,6 +95,7 @@ async def test_an_unknown_user_has_nothing(make_state: MakeState) -> None:
     assert await state.turns_state(TENANT, USER) == (None, 0)
     assert await state.turns_version(TENANT, USER) is None
     assert await state.timeline_ids(TENANT, USER) == []
+    assert not await state.memorized(TENANT, USER, "e1")
     assert await state.turns(TENANT, USER, ["e1"]) == []
     assert await state.clusters(TENANT, USER) == []
     assert await state.count_turns(TENANT, USER) == 0
@@ -109,6 +110,9 @@ async def test_apply_writes_the_turn_as_stored_and_marks_the_event(make_state: M
 
     assert (await state.load_user(TENANT, USER, "e1")).already_processed
     assert not (await state.load_user(TENANT, USER, "e2")).already_processed
+    assert await state.memorized(TENANT, USER, "e1")
+    assert not await state.memorized(TENANT, USER, "e2")
+    assert not await state.memorized("globex", USER, "e1")
     [got] = await state.turns(TENANT, USER, ["e1"])
     assert got.turn == t
     # float16 as stored, read back float32: exactly the rounding, no more.

@@ -337,6 +337,53 @@ async def test_retrieval_reports_what_it_used_as_feedback(api: Api) -> None:
     assert any(set(f.memory_ids + f.turn_ids) == used for f in mine)
 
 
+# --- read your own writes -------------------------------------------------------------------
+
+
+async def test_a_retrieval_after_an_event_waits_until_it_is_memorized(api: Api) -> None:
+    """The bot posts a turn and asks at once: the answer waits for the turn (bounded) and
+    says whether it got in; one that never comes is waited for at most the bound."""
+    tenant, user = "acme", f"ryw-{uuid.uuid4().hex[:6]}"
+    text = "my new address is 12 Quayside Road zqryw"
+    turn = StoredTurn(event_id="ryw-e1", session_id="s1", role="user", text=text, ts=T0)
+    asked = {"user_id": user, "query": "what is my address?", "after_event_id": turn.event_id}
+
+    async def memorize_later() -> None:
+        await asyncio.sleep(0.2)
+        vector = api.encoder.encode([text])[0]
+        await api.state.apply(tenant, user, UserUpdate(turn.event_id, turn, vector))
+
+    later = asyncio.create_task(memorize_later())
+    got = await api.http.post("/v1/retrieve", json=asked, headers=api.headers(tenant))
+    await later
+    assert got.status_code == 200, got.text
+    assert got.json()["after_event_memorized"] is True
+    assert "zqryw" in got.json()["context"]
+    # Without after_event_id nothing is said of it.
+    plain = {k: v for k, v in asked.items() if k != "after_event_id"}
+    got = await api.http.post("/v1/retrieve", json=plain, headers=api.headers(tenant))
+    assert got.json()["after_event_memorized"] is None
+    # An event never memorized: the wait ends at half the caller's deadline, and says so.
+    missing = {**asked, "after_event_id": "ryw-never"}
+    started = asyncio.get_running_loop().time()
+    got = await api.http.post(
+        "/v1/retrieve",
+        json=missing,
+        headers={**api.headers(tenant), "X-Request-Deadline-Ms": "400"},
+    )
+    waited = asyncio.get_running_loop().time() - started
+    assert got.status_code == 200, got.text
+    assert got.json()["after_event_memorized"] is False
+    assert 0.2 <= waited < 2.0
+    # Another tenant's event of the same id is not this one's.
+    other = await api.http.post(
+        "/v1/retrieve",
+        json=asked,
+        headers={**api.headers("globex"), "X-Request-Deadline-Ms": "100"},
+    )
+    assert other.json()["after_event_memorized"] is False
+
+
 # --- budget and key match -------------------------------------------------------------------
 
 
