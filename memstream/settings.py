@@ -56,6 +56,10 @@ class KafkaSettings(_Section):
     # A rebuilt generation's name (see memstream/generations.py): its derived topics and consumer
     # groups carry it, so it never mixes with the generation serving now. "" = the first.
     generation: str = ""
+    # Where dead letters go; "" = <topic_prefix>.dlq, shared by every generation. A rebuild
+    # sets its own, so the events the live pipeline dead-lettered once are not repeated in
+    # the topic operators watch.
+    dlq_topic: str = ""
 
 
 class RedisSettings(_Section):
@@ -398,3 +402,5 @@ class Settings(BaseSettings):
         if self.kafka.generation and name in GENERATION_TOPICS:
             return f"{self.kafka.topic_prefix}.{self.kafka.generation}.{name}"
         return f"{self.kafka.topic_prefix}.{name}"
+        if name == "dlq" and self.kafka.dlq_topic:
+            return self.kafka.dlq_topic

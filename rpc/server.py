@@ -66,6 +66,7 @@ ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorBody, "description": "missing or unknown API key"},
     403: {"model": ErrorBody, "description": "a key that is known but not allowed here"},
     413: {"model": ErrorBody, "description": "request body too large"},
+    415: {"model": ErrorBody, "description": "a body not sent as `application/json`"},
     422: {"model": ErrorBody, "description": "the request does not validate"},
 }
 SHED: dict[int | str, dict[str, object]] = {
@@ -158,7 +159,8 @@ Tenant = Annotated[str, Depends(authenticate)]
 
 
 class RequestGuard:
-    """Rejects oversized bodies (413) and counts requests by route and status.
+    """Rejects oversized bodies (413) and bodies not declared JSON (415), and counts
+    requests by route and status.
 
     Plain ASGI rather than ``@app.middleware("http")``: Starlette's BaseHTTPMiddleware
     wraps every request and response in extra tasks and streams, ~5 ms per call here.
@@ -182,9 +184,13 @@ class RequestGuard:
             await send(message)
 
         too_large = JSONResponse({"detail": f"request body over {self.max_body_bytes} bytes"}, 413)
-        length = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             await too_large(scope, receive, send_and_note_status)
+        elif _body_not_json(scope.get("method", ""), length, headers.get(b"content-type")):
+            # Read as JSON anyway, such a body failed with "Input should be a valid dictionary".
+            await JSONResponse({"detail": NOT_JSON}, 415)(scope, receive, send_and_note_status)
         elif length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
             # No declared length (chunked): read up to the limit here, then replay it.
             buffered = await _read_body(receive, self.max_body_bytes)
@@ -196,6 +202,17 @@ class RequestGuard:
             await self.app(scope, receive, send_and_note_status)
         path = getattr(scope.get("route"), "path", "unmatched")  # set by the router on a match
         self.metrics.http_requests.labels(path, str(status)).inc()
+
+
+NOT_JSON = "the request body must be JSON, sent with Content-Type: application/json"
+
+
+def _body_not_json(method: str, length: bytes | None, content_type: bytes | None) -> bool:
+    """A request that sends a body (declared or chunked) without a JSON media type."""
+    if method not in ("POST", "PUT", "PATCH") or length == b"0":
+        return False
+    media = (content_type or b"").split(b";")[0].strip().lower()
+    return not (media == b"application/json" or media.endswith(b"+json"))
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -70,6 +70,12 @@ def plan_generation(
 # --- the rebuild ------------------------------------------------------------------------
 
 
+def rebuild_dlq_topic(base: Settings, generation: Generation) -> str:
+    """Where a rebuild's processors send dead letters: re-reading the log dead-letters its
+    invalid events a second time, which must not land in the shared topic operators watch."""
+    return f"{base.kafka.topic_prefix}.{generation.name}.rebuild-dlq"
+
+
 async def log_end(broker_url: str, topic: str, *, idle_s: float = 1.5) -> dict[int, int]:
     """Per partition, the offset after the last record of ``topic``, found by reading it.
 
@@ -141,12 +147,18 @@ def run_rebuild(
         caught_up.append(True)
         return 0
 
-    code = run_process(
-        apply_generation(base, generation), REBUILD_ROLES, job=catch_up, generations=False
+    rebuilding = apply_generation(base, generation)
+    dead_letters = rebuild_dlq_topic(base, generation)
+    rebuilding = rebuilding.model_copy(
+        update={"kafka": rebuilding.kafka.model_copy(update={"dlq_topic": dead_letters})}
     )
+    code = run_process(rebuilding, REBUILD_ROLES, job=catch_up, generations=False)
     if code or not caught_up:
         console.print(f"[red]rebuild of {generation.name} stopped before the end[/]; run it again")
         return code or 1
+    console.print(
+        f"the rebuild's dead letters (the log's invalid events again) are in {dead_letters}"
+    )
     ready = building.model_copy(update={"state": "ready"})
     save_generation(base.redis.url, base.redis.prefix, ready)
     if switch:

@@ -462,6 +462,15 @@ async def test_client_mistakes_get_clear_4xx(api: Api) -> None:
     assert chunked.status_code == 413  # no Content-Length: counted as it arrives
     small = await post("/v1/retrieve", content=_chunks(b"parcel"), headers=json_h)
     assert small.status_code == 200
+    # A JSON body not declared JSON: said so (415), not "Input should be a valid dictionary".
+    raw = b'{"user_id": "u1", "query": "parcel"}'
+    for content_type in (None, "text/plain"):
+        typed = {**h, "Content-Type": content_type} if content_type else h
+        undeclared = await post("/v1/retrieve", content=raw, headers=typed)
+        assert undeclared.status_code == 415, undeclared.text
+        assert "Content-Type: application/json" in undeclared.json()["detail"]
+    with_charset = {**h, "Content-Type": "application/json; charset=utf-8"}
+    assert (await post("/v1/retrieve", content=raw, headers=with_charset)).status_code == 200
     bad_user = await api.http.get("/v1/users/%20x/memories", headers=h)
     assert bad_user.status_code == 422
     missing = await api.http.get(

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from memstream.generations import generations
 from memstream.launch import process_env, with_overrides
 from memstream.ops.demo import DEMO_QUESTIONS, SAMPLE_STREAM
+from memstream.ops.rebuild import log_end
 from memstream.ops.replay import CountFn, handled_events, replay_file, unsettled_work
 from memstream.settings import QdrantSettings, Settings
 from memstream.wiring import open_longterm
@@ -57,10 +58,18 @@ def scraped_counts(url: str) -> CountFn:
     return count
 
 
-def replay_and_settle(process: MemstreamProcess, events: int) -> None:
+def letters(settings: Settings, topic: str) -> int:
+    """Records in ``topic`` (0 when it does not exist yet)."""
+    try:
+        return sum(asyncio.run(log_end(settings.kafka.broker, topic, idle_s=0.5)).values())
+    except SystemExit:
+        return 0
+
+
+def replay_and_settle(process: MemstreamProcess, events: int, stream: Path = SAMPLE_STREAM) -> None:
     settings = process.settings
     asyncio.run(
-        replay_file(SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False)
+        replay_file(stream, settings.kafka.broker, settings.topic("events"), progress=False)
     )
     deadline, last = time.monotonic() + 120, (-1.0, -1.0)
     while time.monotonic() < deadline:  # settled: every event handled, quiet for a second
@@ -160,7 +169,10 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
     tmp_path: Path,
     new_model: Path,
 ) -> None:
-    events = sum(1 for line in SAMPLE_STREAM.read_text().splitlines() if line.strip())
+    # The sample and two records that are no event: the log's dead letters.
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text(SAMPLE_STREAM.read_text().rstrip("\n") + '\n{"not": "an event"}\nnot json\n')
+    events = sum(1 for line in stream.read_text().splitlines() if line.strip())
     # Retrievals boost what they use (memstream.feedback): the test asks the same questions
     # of several processes, so boosts are off to keep the answers comparable.
     no_boost = {"strength_boost": 1.0}
@@ -168,7 +180,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
     live = MemstreamProcess(base, tmp_path / "live.log").start()
     fresh: MemstreamProcess | None = None
     try:
-        replay_and_settle(live, events)
+        replay_and_settle(live, events, stream)
         before = answers(live)
 
         # The new generation's settings: every process started from here on gets them.
@@ -177,6 +189,8 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
         redis_url = base.redis.url
         new_prefix = f"{base.redis.prefix}.{GENERATION}"
 
+        dead_before = letters(base, base.topic("dlq"))
+        assert dead_before == 2
         # Interrupt a rebuild once it has written state, then run it again to the end.
         first = memstream("rebuild", GENERATION, "--no-switch", settings=rebuilding)
         with sync_redis(redis_url) as r:
@@ -188,6 +202,11 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         finish(memstream("rebuild", GENERATION, "--no-switch", settings=rebuilding))
+        # The log's invalid events are dead-lettered again, in the rebuild's own topic: the
+        # shared one operators watch gets no repeats.
+        assert letters(base, base.topic("dlq")) == dead_before
+        rebuild_dlq = f"{base.kafka.topic_prefix}.{GENERATION}.rebuild-dlq"
+        assert letters(base, rebuild_dlq) >= 2  # the interrupted run may have sent some too
         built, active = generations(redis_url, base.redis.prefix)
         assert [(g.name, g.state) for g in built] == [(GENERATION, "ready")]
         assert active == ""  # not switched yet
@@ -205,7 +224,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
             new,
         )
         fresh = MemstreamProcess(with_free_port(fresh_settings), tmp_path / "fresh.log").start()
-        replay_and_settle(fresh, events)
+        replay_and_settle(fresh, events, stream)
         fresh_answers = answers(fresh)
         assert fresh.stop() == 0
         expected = snapshot(
