@@ -9,7 +9,12 @@ fulfilments and the customer's other turns, then against the same turns without 
 one (where any pair is wrong: it would show a promise still owed as kept), and once more
 without it but with the order's other events about the promise's own product (a delivery,
 a replacement, a refund of another amount...): a turn about the same thing but another
-act, which must not keep it either.
+act, which must not keep it either (once with the stream's wordings of those events, once
+with ``FRESH_STATES``, this lab's own).
+
+Halves C to G are banks written for this lab alone, each in wordings unlike the ones
+before it and each measured before any rule was changed against it (development data:
+their misses are shown); they are read with half A's negatives.
 """
 
 from __future__ import annotations
@@ -175,7 +180,249 @@ FRESH_FULFILMENTS_D: dict[str, tuple[P.Template, ...]] = {
         (P.AG, "The {amount} voucher has been sent to your inbox."),
     ),
 }
-Half = Literal["A", "B", "C", "D"]
+# Half E: a third lab-only bank, in the register of terse chat (typos, dropped subjects,
+# slang), indirect and passive forms and reports by a third party, written before any
+# rule was changed against it.
+FRESH_PROMISES_E: dict[str, tuple[str, ...]] = {
+    "collection": (
+        "courier booked to grab the {product} {weekday}",
+        "Ok so {courier} will be round {weekday} to take the {product} off your hands.",
+        "A driver's going to come and get the {product} on {weekday}.",
+        "We'll have someone collect the {product} from you {weekday}.",
+        "Ive arranged for the {product} to be picked up on {weekday}",
+        "Your {product} is due to be collected by {courier} on {weekday}.",
+    ),
+    "refund": (
+        "ill refund the {amount} now, give it 3-5 days",
+        "The {amount} is being refunded and should reach you by {weekday}.",
+        "Finance will send the {amount} back to your account.",
+        "You'll have your {amount} back by {weekday}.",
+        "I've asked accounts to return the {amount} to your card.",
+        "We'll get that {amount} back to you asap.",
+    ),
+    "callback": (
+        "someone will ring u {weekday}",
+        "I'll have our supervisor give you a bell on {weekday}.",
+        "You'll be called back on {weekday} by the team.",
+        "I'll get back to you by phone {weekday} afternoon.",
+        "Our specialist is going to phone you {weekday}.",
+        "A team leader will call you back {weekday} morning.",
+    ),
+    "voucher": (
+        "ill pop a {amount} voucher in your email",
+        "A {amount} voucher will be sent to you today.",
+        "We'll be giving you {amount} credit for the hassle.",
+        "You'll receive a {amount} gift code by {weekday}.",
+        "I'm going to add a {amount} voucher to your account.",
+        "I'll sort you out with a {amount} discount code.",
+    ),
+}
+FRESH_FULFILMENTS_E: dict[str, tuple[P.Template, ...]] = {
+    "collection": (
+        (P.U, "courier's been, {product} gone"),
+        (P.U, "My neighbour says {courier} took the {product} on {weekday}."),
+        (P.AG, "{courier} collected the {product} on {weekday}, we've got it."),
+        (P.U, "they came and got the {product} this morning"),
+        (P.AG, "The {product} was picked up from you on {weekday}."),
+        (P.U, "Driver took it away {weekday}, cheers."),
+    ),
+    "refund": (
+        (P.U, "the money's landed, thanks"),
+        (P.U, "got the {amount} back today"),
+        (P.AG, "Accounts have refunded the {amount} to your card."),
+        (P.U, "My partner checked and the {amount} refund has hit our account."),
+        (P.AG, "The {amount} went back to your card on {weekday}."),
+        (P.U, "refund recieved, ta"),
+    ),
+    "callback": (
+        (P.U, "got the call, thanks"),
+        (P.U, "My wife says your supervisor rang on {weekday}."),
+        (P.AG, "I phoned you on {weekday} as agreed."),
+        (P.U, "spoke to ur team leader on the phone {weekday}"),
+        (P.AG, "Our specialist called you back this morning."),
+        (P.U, "Yeah someone rang me back yesterday."),
+    ),
+    "voucher": (
+        (P.U, "voucher came thru, cheers"),
+        (P.U, "got the {amount} code in my email"),
+        (P.AG, "The {amount} voucher was sent to you on {weekday}."),
+        (P.U, "My daughter used the {amount} gift code you sent."),
+        (P.AG, "I've added the {amount} credit to your account."),
+        (P.U, "the discount code arrived this morning"),
+    ),
+}
+# Half F: a fourth lab-only bank, written after the rules were changed against E and
+# before any change against F: formal and roundabout wordings, third parties, British
+# idiom, reports that name the act by its effect.
+FRESH_PROMISES_F: dict[str, tuple[str, ...]] = {
+    "collection": (
+        "We'll send someone to pick up the {product} {weekday}, just leave it in the porch.",
+        "The {product} will be retrieved by {courier} on {weekday}.",
+        "{courier} have been instructed to collect the {product} on {weekday}.",
+        "Can confirm a driver will be with you {weekday} to take back the {product}.",
+        "I'm booking {courier} to come for the {product} this {weekday}.",
+        "The return is all set up, the {product} goes back with {courier} on {weekday}.",
+    ),
+    "refund": (
+        "You'll be refunded the {amount} in full.",
+        "I've authorised the {amount} to be paid back to you.",
+        "Our accounts team will reverse the {amount} charge by {weekday}.",
+        "The {amount} is going back on your card today.",
+        "I'll put the {amount} back into your account.",
+        "I'm refunding the {amount} right now, allow a few days for your bank.",
+    ),
+    "callback": (
+        "The manager will give you a call {weekday} to discuss it.",
+        "Someone from the depot will phone you {weekday}.",
+        "I've put in a request for a supervisor to call you on {weekday}.",
+        "You'll get a phone call from us on {weekday}.",
+        "I'll ring you first thing {weekday}.",
+        "A member of the team will contact you by phone on {weekday}.",
+    ),
+    "voucher": (
+        "I've applied for a {amount} voucher on your behalf, it'll be with you {weekday}.",
+        "You'll be sent a {amount} voucher code shortly.",
+        "We're giving you a {amount} voucher to say sorry.",
+        "I'll email you a {amount} voucher once the ticket closes.",
+        "A {amount} gift voucher is on its way to your inbox today.",
+        "Let me add a {amount} promo code to your account.",
+    ),
+}
+FRESH_FULFILMENTS_F: dict[str, tuple[P.Template, ...]] = {
+    "collection": (
+        (P.U, "Your driver came for the {product} on {weekday}."),
+        (P.AG, "We have received the {product} back at our depot."),
+        (P.U, "The {product} has been taken away, thank you."),
+        (P.U, "Man from {courier} picked it up {weekday} morning."),
+        (P.AG, "{courier} have confirmed the {product} was collected."),
+        (P.U, "Handed the {product} over to the driver on {weekday}."),
+    ),
+    "refund": (
+        (P.U, "Seen the {amount} back on my statement."),
+        (P.AG, "The {amount} was reversed on {weekday}."),
+        (P.U, "I have now received my refund."),
+        (P.AG, "We've paid the {amount} back into your account."),
+        (P.U, "The bank says the {amount} refund cleared yesterday."),
+        (P.U, "Money's back in my account, cheers."),
+    ),
+    "callback": (
+        (P.U, "The manager called me {weekday}, sorted."),
+        (P.AG, "I spoke with you by phone on {weekday}."),
+        (P.U, "Your supervisor rang me as promised."),
+        (P.U, "Had the phone call on {weekday}, thanks."),
+        (P.AG, "We called you on {weekday} and went through the options."),
+        (P.U, "My husband took the call from your team yesterday."),
+    ),
+    "voucher": (
+        (P.U, "Voucher received, thank you."),
+        (P.AG, "The {amount} code has been emailed across."),
+        (P.U, "I've used the {amount} voucher you sent."),
+        (P.AG, "We've added the {amount} promo code to your account."),
+        (P.U, "The gift voucher arrived in my inbox."),
+        (P.U, "Got the {amount} voucher email, thanks."),
+    ),
+}
+# Half G: a fifth lab-only bank, written after the rules were changed against F and
+# before any change against G: mixed registers, with the act named by its object, by its
+# effect or by who did it.
+FRESH_PROMISES_G: dict[str, tuple[str, ...]] = {
+    "collection": (
+        "Right, {courier} will knock for the {product} on {weekday}.",
+        "I've lined up a collection of the {product} with {courier} for {weekday}.",
+        "You don't need to post the {product}, our van will fetch it {weekday}.",
+        "A returns driver is scheduled to call for the {product} on {weekday}.",
+        "We'll remove the {product} on {weekday} when we drop off the new one.",
+        "Just leave the {product} boxed up, it'll be collected {weekday}.",
+    ),
+    "refund": (
+        "I'll make sure you're reimbursed the {amount} by {weekday}.",
+        "A refund of {amount} will be with you in a few days.",
+        "You're owed {amount} and I'll get it back to you.",
+        "Our billing team will credit your card with {amount}.",
+        "I'll cancel the {amount} charge and refund it in full.",
+        "The {amount} will show up back in your account by {weekday}.",
+    ),
+    "callback": (
+        "Expect a call from our returns desk {weekday}.",
+        "I'll chase the depot and phone you back {weekday}.",
+        "Our complaints lead will be calling you {weekday}.",
+        "You'll hear from a supervisor by phone on {weekday}.",
+        "I'll arrange for someone to ring you {weekday} evening.",
+        "We will phone you {weekday} with an update.",
+    ),
+    "voucher": (
+        "I'll throw in a {amount} voucher for the trouble.",
+        "A {amount} goodwill code will land in your inbox today.",
+        "We'll credit {amount} to your store account as a thank you.",
+        "You'll be emailed a {amount} voucher by {weekday}.",
+        "I'm sending you a {amount} e-gift card right now.",
+        "I'll get a {amount} discount code sent out to you.",
+    ),
+}
+FRESH_FULFILMENTS_G: dict[str, tuple[P.Template, ...]] = {
+    "collection": (
+        (P.U, "{courier} knocked {weekday} and took the {product} off me."),
+        (P.AG, "The {product} is back with us now, thanks for your patience."),
+        (P.U, "The van came for the {product} this morning."),
+        (P.U, "Your driver collected it {weekday}, no problems."),
+        (P.AG, "Our driver has picked up the {product} from you."),
+        (P.U, "The {product} has left my house with {courier}."),
+    ),
+    "refund": (
+        (P.U, "The {amount} is showing on my card again."),
+        (P.AG, "The {amount} refund went through on {weekday}."),
+        (P.U, "I've had the money back, thank you."),
+        (P.AG, "Billing reversed the {amount} charge on {weekday}."),
+        (P.U, "Reimbursement arrived, {amount} in full."),
+        (P.U, "Yep the refund's in."),
+    ),
+    "callback": (
+        (P.U, "The returns desk phoned {weekday}."),
+        (P.AG, "I rang you {weekday} as arranged."),
+        (P.U, "Supervisor called, thanks for sorting that."),
+        (P.U, "Spoke to someone from your team on {weekday} over the phone."),
+        (P.AG, "Our complaints lead called you {weekday} afternoon."),
+        (P.U, "I got a phone call from you lot {weekday}."),
+    ),
+    "voucher": (
+        (P.U, "The {amount} code landed in my inbox."),
+        (P.AG, "I've sent the {amount} voucher to your email."),
+        (P.U, "E-gift card received, thanks."),
+        (P.AG, "{amount} has been added to your store account."),
+        (P.U, "The voucher email came {weekday}."),
+        (P.U, "Used the {amount} discount code already, ta."),
+    ),
+}
+Half = Literal["A", "B", "C", "D", "E", "F", "G"]
+# Other events of an order, in wordings of this lab's own (not the stream's), for a second
+# "same product, other act" check: a delivery, a replacement, a refund of the order's own
+# amount, damage and the journey, told both ways. None of them keeps a promise.
+FRESH_STATES: dict[str, tuple[str, ...]] = {
+    "delivered": (
+        "{what} finally landed on my doorstep {weekday}.",
+        "{courier} have marked {what} as delivered on {weekday}.",
+        "Got {what} yesterday, the driver left it in the porch.",
+        "{what} came on {weekday} afternoon.",
+    ),
+    "replacement": (
+        "We've dispatched a new {product} to replace {what}.",
+        "The replacement {product} reached me on {weekday}.",
+        "A fresh {product} was sent out to you on {weekday}.",
+        "My new {product} has arrived, swapped for {what}.",
+    ),
+    "refunded": (
+        "You were refunded {amount} for the postage on {weekday}.",
+        "I got {amount} back for the late delivery of {what}.",
+    ),
+    "damaged": (
+        "{what} turned up with the {part} smashed.",
+        "{what} was received in a damaged state.",
+    ),
+    "shipped": (
+        "{what} left our warehouse on {weekday}.",
+        "{courier} collected {what} from our depot on {weekday}.",
+    ),
+}
 PENDING_STATES = ("placed", "shipped", "delayed", "lost")
 
 
@@ -247,6 +494,12 @@ def _bank(which: Half, rng: random.Random) -> Bank:
         own_promises, own_fulfilments = FRESH_PROMISES, FRESH_FULFILMENTS
     elif which == "D":
         own_promises, own_fulfilments = FRESH_PROMISES_D, FRESH_FULFILMENTS_D
+    elif which == "E":
+        own_promises, own_fulfilments = FRESH_PROMISES_E, FRESH_FULFILMENTS_E
+    elif which == "F":
+        own_promises, own_fulfilments = FRESH_PROMISES_F, FRESH_FULFILMENTS_F
+    elif which == "G":
+        own_promises, own_fulfilments = FRESH_PROMISES_G, FRESH_FULFILMENTS_G
     promises = [
         (topic, slots, _fill(t, slots, rng))
         for topic, templates in own_promises.items()
@@ -293,6 +546,16 @@ def _same_product(bank: Bank, topic: str, slots: dict[str, str], rng: random.Ran
         own = {**_slots(rng), "product": slots["product"], "part": slots["part"]}
         own["what"] = rng.choice((f"the {own['product']}", f"my {own['product']}"))
         out.append(_fill(rng.choice(bank.states[kind]), own, rng))
+    return out
+
+
+def _fresh_same_product(topic: str, slots: dict[str, str], rng: random.Random) -> list[str]:
+    kinds = [k for k in FRESH_STATES if k not in _SAME_ACT.get(topic, ())]
+    out = []
+    for _ in range(SAME_PRODUCT_ROWS):
+        own = {**_slots(rng), "product": slots["product"], "part": slots["part"]}
+        own["what"] = rng.choice((f"the {own['product']}", f"my {own['product']}"))
+        out.append(_fill(rng.choice(FRESH_STATES[rng.choice(kinds)]), own, rng))
     return out
 
 
@@ -356,6 +619,7 @@ def _pairing(
     foreign: list[float] = []
     same_rng = random.Random(SEED + 1)  # its own draws: the figures above stay comparable
     same_act = {"none": 0, "same product": 0, "other": 0}
+    same_fresh = {"none": 0, "same product": 0, "other": 0}
     same_with_true = {"true": 0, "same product": 0, "other": 0, "none": 0}
     for topic, slots, promise in bank.promises:
         true = _fill(rng.choice([t for tp, _, _, t in bank.fulfilments if tp == topic]), slots, rng)
@@ -400,6 +664,18 @@ def _pairing(
         ] += 1
         if show and paired is not None and paired >= first_product:
             print(f"    same product, other act: {promise!r} -> {extra[paired]!r}")
+        # The same, with the product's other events in this lab's own wordings.
+        fresh_rows = _fresh_same_product(topic, slots, same_rng)
+        fresh = [t for i, t in enumerate(texts) if i != true_row] + fresh_rows
+        first_fresh = len(fresh) - len(fresh_rows)
+        fr_vectors = encode(fresh)
+        fr_done = np.array([False] + [reports_done(t) for t in fresh[1:]])
+        paired = fulfilment(0, list(range(1, len(fresh))), fr_vectors, fr_done, fresh)
+        same_fresh[
+            "none" if paired is None else "same product" if paired >= first_fresh else "other"
+        ] += 1
+        if show and paired is not None and paired >= first_fresh:
+            print(f"    same product (fresh), other act: {promise!r} -> {fresh[paired]!r}")
         # ... and with the true turn among them, it is still the one found
         both = [*texts, *product_rows]
         b_vectors = encode(both)
@@ -436,6 +712,9 @@ def _pairing(
     )
     for kind, count in same_act.items():
         print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
+    print("  the same with the events in the lab's own wordings (should stay open):")
+    for kind, count in same_fresh.items():
+        print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
     print("  fulfilment with the true turn and the same-product events:")
     for kind, count in same_with_true.items():
         print(f"    returns {kind}: {count}/{n} ({count / n:.0%})")
@@ -453,7 +732,7 @@ def main() -> None:
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(enc.encode(texts), dtype=np.float32)
 
-    halves: tuple[Half, ...] = ("A", "B", "C", "D")
+    halves: tuple[Half, ...] = ("A", "B", "C", "D", "E", "F", "G")
     for half in halves:
         rng = random.Random(SEED)
         bank = _bank(half, rng)

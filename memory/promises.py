@@ -38,7 +38,12 @@ def _word_set(words: str) -> frozenset[str]:
 _SENTENCE = re.compile(r"(?:[^.!?\n]|(?<=\d)\.(?=\d))++[.!?]*+")
 # Clause breaks inside a sentence: what one clause negates or defers says nothing of the next
 # ("I've refunded it; it will show in 3 days", "The refund came through, no problem").
-_CLAUSE = re.compile(r"[,;:()\u2013\u2014]|\s-\s|\bbut\b|\band\s+(?=i\b|we\b|it\b|the\b)")
+# A comma between digits is a thousands separator ("£1,250"), not a break.
+# A time clause is its own: "we'll take the old one when we drop off the new one".
+_CLAUSE = re.compile(
+    r"[;:()\u2013\u2014]|(?<!\d),|,(?!\d)|\s-\s|\bbut\b|\bwhen\b|\bonce\b"
+    r"|\band\s+(?=i\b|we\b|it\b|the\b)"
+)
 _WORD = re.compile(r"[a-z0-9£$€]++(?:'[a-z]++)?")
 
 _PRONOUN_IS = _word_set(
@@ -56,12 +61,73 @@ _CONTRACTIONS = {
 _IRREGULAR_NOT = {"won't": "will", "can't": "can", "shan't": "shall"}
 
 
+# Chat spellings without the apostrophe ("ill refund it", "ive sent it", "wont") and the
+# short forms of "you": spelled out before any rule reads them. "ill" and "well" are words
+# too: "ill" is "I'll" only first in a clause ("I was ill" is not), "well" never is.
+_UNAPOSTROPHISED = {
+    "ive": ("i", "have"),
+    "im": ("i", "am"),
+    "youll": ("you", "will"),
+    "youre": ("you", "are"),
+    "youve": ("you", "have"),
+    "theyll": ("they", "will"),
+    "theyre": ("they", "are"),
+    "theyve": ("they", "have"),
+    "weve": ("we", "have"),
+    "itll": ("it", "will"),
+    "thatll": ("that", "will"),
+    "wont": ("will", "not"),
+    "cant": ("can", "not"),
+    "u": ("you",),
+    "ur": ("your",),
+    "thru": ("through",),
+}
+_NOT_STEMS = _word_set(
+    """
+    do does did is was are were has have had could would should must need
+    """
+)
+# After a noun's "'s", these say it is "is" or "has", not a possessive: "a driver's going
+# to come", "the courier's been", "the money's landed", "the refund's due".
+_AUX_NEXT = {
+    "going": "is",
+    "being": "is",
+    "due": "is",
+    "coming": "is",
+    "been": "has",
+    "gone": "has",
+    "got": "has",
+    "come": "has",
+    "back": "is",
+    "here": "is",
+    "there": "is",
+    "through": "is",
+    "in": "is",
+    "on": "is",
+}
+
+
 def _words(clause: str) -> list[str]:
     """Lowercase words with contractions expanded: "we'll" -> we will, "won't" -> will not,
-    "it's" -> it is ("driver's" stays one word: a possessive)."""
+    "it's" -> it is, "the driver's going" -> the driver is going ("driver's van" stays one
+    word: a possessive); chat spellings too ("ill" first, "ive", "dont", "u")."""
     out: list[str] = []
-    for word in _WORD.findall(clause.lower().replace("\u2019", "'")):
-        if word in _IRREGULAR_NOT:
+    raw = _WORD.findall(clause.lower().replace("\u2019", "'"))
+    for k, word in enumerate(raw):
+        if word == "ill" and k == 0 and len(raw) > 1:
+            out += ["i", "will"]
+        elif word in _UNAPOSTROPHISED:
+            out += _UNAPOSTROPHISED[word]
+        elif word.endswith("nt") and word[:-2] in _NOT_STEMS:
+            out += [word[:-2], "not"]
+        elif (
+            word.endswith("'s")
+            and k + 1 < len(raw)
+            and raw[k + 1] in _AUX_NEXT
+            and word[:-2] not in _PRONOUN_IS
+        ):
+            out += [word[:-2], _AUX_NEXT[raw[k + 1]]]
+        elif word in _IRREGULAR_NOT:
             out += [_IRREGULAR_NOT[word], "not"]
         elif word.endswith("n't"):
             out += [word[:-3], "not"]
@@ -161,7 +227,7 @@ _IRREGULAR_PARTICIPLES = _word_set(
 # A time an arrangement is for: "the collection is booked for Friday".
 _ARRANGED = _word_set(
     """
-    booked scheduled arranged planned organised organized lined
+    booked scheduled arranged planned organised organized lined raised
     """
 )
 
@@ -171,6 +237,14 @@ _ARRANGED = _word_set(
 _HABITUAL = _word_set(
     """
     always never usually anymore future forward onwards
+    """
+)
+
+
+# Participles of a set future with "to": "is due to be collected", "is set to arrive".
+_SET_TO = _ARRANGED | _word_set(
+    """
+    due set
     """
 )
 
@@ -185,6 +259,13 @@ _ASKED = _word_set(
 _FUTURE_TIMES = _word_set(
     """
     monday tuesday wednesday thursday friday saturday sunday tomorrow tonight next later
+    today
+    """
+)
+# The agent's steps that set an act in motion (a request made, a refund raised).
+_SET_UP = _ARRANGED | _word_set(
+    """
+    requested request submitted escalated approved authorised authorized applied ordered
     """
 )
 
@@ -212,9 +293,15 @@ def _will_commits(words: Sequence[str], i: int) -> bool:
         _, after = _next_content(words, j)
         if _progressive(after):  # "we'll be refunding the £20"
             return True
+        if after.endswith("ing") and words[j + 2 : j + 3] == ["you"]:
+            return True  # "she'll be calling you": an act done to the customer
         if after == "in":  # "we'll be in touch": contact, not a place
             return words[j + 2 : j + 3] == ["touch"]
+        if after == "with":  # "a driver will be with you on Monday": a visit
+            return words[j + 2 : j + 3] == ["you"]
         return _participle(after) or after in ("there", "round", "over")
+    if verb == "show" and words[j + 1 : j + 2] == ["up"]:
+        return subject not in _FORECAST_SUBJECTS  # "the £20 will show up": it arrives
     if verb in _WILL_GENERIC or subject in _FORECAST_SUBJECTS:
         return False
     if verb == "have":  # "you'll have to" is an obligation, "you'll have it by Friday" is not
@@ -232,9 +319,12 @@ def _get_commits(words: Sequence[str], j: int) -> bool:
     if nxt in ("to", "in"):
         return False
     if nxt == "a":
-        return bool(_AMOUNT.match(words[j + 2] if j + 2 < len(words) else "")) or _causative(
-            words, j
-        )
+        # "you'll get a £20 code", "you'll get a phone call", "a replacement": a sum or an
+        # act owed ("you'll get a text when it ships" is a notice)
+        thing = words[j + 2 : j + 4]
+        if (thing and _AMOUNT.match(thing[0])) or _clause_acts(thing) - {_BRING}:
+            return True
+        return _causative(words, j)
     return True
 
 
@@ -283,6 +373,16 @@ def _other_commits(words: Sequence[str], agent: bool) -> bool:
             _, verb = _next_content(words, i)
             if verb.endswith("ing") and verb not in _GENERIC_ING:
                 return True
+        # "you're getting the £20 back", "you are receiving a voucher": what the customer is
+        # given, in the progressive of a set future
+        if agent and word == "are" and i > 0 and words[i - 1] == "you":
+            j, verb = _next_content(words, i)
+            if verb == "receiving" or (verb == "getting" and _get_commits(words, j)):
+                return True
+        # "it is due to be collected on Friday", "the pickup is scheduled to take place"
+        set_to = word in _SET_TO and nxt == "to" and i > 1 and words[i - 1] in _BE
+        if set_to and words[i - 2] not in _FORECAST_SUBJECTS and _will_commits(words, i + 1):
+            return True
         # "the pickup is booked for Friday", "I've booked a callback for Monday", "I've
         # scheduled DPD to fetch it", "I've asked Yodel to pick it up"
         arranged = word in _ARRANGED and i > 0 and words[i - 1] != "not"
@@ -292,10 +392,22 @@ def _other_commits(words: Sequence[str], agent: bool) -> bool:
             return True
         # "DPD are coming to get it on Monday": the present progressive of a set future
         if word in ("is", "are") and i > 0 and words[i - 1] not in _FORECAST_SUBJECTS:
-            _, verb = _next_content(words, i)
-            if _progressive(verb) and _FUTURE_TIMES & set(words[i:]):
+            j, verb = _next_content(words, i)
+            # "the £20 is going back on your card today": going somewhere, not "going to"
+            moving = verb == "going" and words[j + 1 : j + 2] in (["back"], ["out"], ["over"])
+            if (moving or _progressive(verb)) and _FUTURE_TIMES & set(words[i:]):
                 return True
-    return False
+    # "I've raised a refund", "I've applied for a voucher", "we've authorised the £20 to be
+    # paid back": the agent's step that sets an act in motion promises the act
+    return agent and _sets_up_act(words)
+
+
+def _sets_up_act(words: Sequence[str]) -> bool:
+    steps = {w for i, w in enumerate(words) if w in _SET_UP and (not i or words[i - 1] != "as")}
+    if not words or words[0] not in ("i", "we") or not steps:
+        return False
+    # "I rang you as arranged" reports the act itself
+    return bool(_clause_acts(words)) and not _clause_done(words)
 
 
 def _clause_promises(words: Sequence[str], agent: bool) -> bool:
@@ -362,6 +474,7 @@ _NOT_KEPT = _word_set(
     refused failed snapped torn dented scratched postponed cancelled canceled broken
     booked arranged scheduled planned organised organized requested submitted flagged
     escalated noted logged raised asked approved promised told said supposed placed
+    authorised authorized instructed request
     ordered bought needed wanted tried hoped expected worried annoyed confused
     interested excited disappointed frustrated surprised concerned tired pleased
     wrong mistake error astray stolen
@@ -425,6 +538,24 @@ def _regular_past(word: str) -> bool:
 
 def _past(word: str) -> bool:
     return word in _IRREGULAR_PAST or _regular_past(word)
+
+
+_PASSIVE_PAST_AUX = _word_set(
+    """
+    been was were
+    """
+)
+
+
+def _passive_past(words: Sequence[str], i: int) -> bool:
+    """An irregular participle in a past or perfect passive: "has been taken away", "was
+    given", "were sent" (alone, "taken" and "given" are as often a present perfect's)."""
+    if words[i] not in _HAVE_PARTICIPLES | _IRREGULAR_PARTICIPLES:
+        return False
+    k = i - 1
+    while k > 0 and words[k] in _ADVERBS:
+        k -= 1
+    return k >= 0 and words[k] in _PASSIVE_PAST_AUX
 
 
 def _under_way(words: Sequence[str]) -> bool:
@@ -552,11 +683,15 @@ def _clause_done(words: Sequence[str]) -> bool:
     words = [w for i, w in enumerate(words) if not (i and words[i - 1] == "as" and _past(w))]
     if (_MODALS | _NOT_KEPT) & set(words):
         return False
+    if any(a == "applied" and b == "for" for a, b in pairwise(words)):
+        return False  # "I've applied for a voucher" asks for it ("it's been applied" is done)
     if _holds_now(words):
         return True
+    if any(a in _RECORDS and b in _SHOW for a, b in pairwise(words)):
+        return True  # "our records show a call on Monday": a record is of what happened
     collecting = _COLLECT in _clause_acts(words)  # "picked the desk up", not "picked"
     for i, word in enumerate(words):
-        if _past(word):
+        if _past(word) or _passive_past(words, i):
             nxt = words[i + 1] if i + 1 < len(words) else ""
             if word == "used" and nxt == "to":
                 return False
@@ -578,6 +713,19 @@ def _clause_done(words: Sequence[str]) -> bool:
         if word in ("see", "seen") and _owned_place(words[i + 1 :]):
             return True  # "I can see the money in my account"
     return False
+
+
+# What keeps a record of what happened, and its verb: "our records show", "the log confirms".
+_RECORDS = _word_set(
+    """
+    records record log logs history notes tracking
+    """
+)
+_SHOW = _word_set(
+    """
+    show shows showed confirm confirms
+    """
+)
 
 
 def _holds_now(words: Sequence[str]) -> bool:
@@ -642,6 +790,11 @@ MIN_COSINE_WITH_EVIDENCE = 0.3
 # amount, or "like you said") keeps it down to here: its own fulfilment in few words
 # meets a promise at 0.17 (half A's lowest).
 MIN_COSINE_REFERRED = 0.1
+# A report that names the promised kind of act (a call for a call, money for money) keeps
+# it down to here without any other tie: short reports ("got the call", "the money's
+# landed") meet their promise at 0.15-0.3, and the kind of act is what pairs them, while a
+# report of another act is never paired whatever its cosine.
+MIN_COSINE_SAME_ACT = 0.15
 # Words that say when, not what: a weekday or "thanks" shared by two turns is no topic.
 _WEEKDAYS = frozenset(tokenize("monday tuesday wednesday thursday friday saturday sunday"))
 _NOT_TOPIC = _WEEKDAYS | frozenset(tokenize("week weekend thanks thank please sorry again last"))
@@ -692,9 +845,11 @@ def _chases(sentence: str) -> bool:
 # a turn about the oak bookcase that names another act: "a driver will come for the oak
 # bookcase" (taken away) by "the driver dropped it off" (brought). ``_BRING`` is the
 # generic arrival at the customer's ("it arrived", "it came", "they sent it"): what
-# arrives may be the refund, the voucher, the replacement or the order itself.
-_COLLECT, _BRING, _CALL, _MONEY, _VOUCHER, _REPLACE = (
-    "collect", "bring", "call", "money", "voucher", "replace",
+# arrives may be the refund, the voucher, the replacement or the order itself. ``_GOODS``
+# is the arrival that only goods make ("it was delivered", "the driver dropped it off"):
+# the order or its replacement, never a refund or a voucher.
+_COLLECT, _BRING, _CALL, _MONEY, _VOUCHER, _REPLACE, _GOODS = (
+    "collect", "bring", "call", "money", "voucher", "replace", "goods",
 )  # fmt: skip
 # A verb and the particle that makes it a movement: "pick ... up", "take ... away", "drop
 # ... off", "turn up" (within the clause, a few words on: "picked the oak desk up").
@@ -705,7 +860,7 @@ _PHRASAL = {
     ("take", "back"): _COLLECT,
     ("took", "back"): _COLLECT,
     ("fetch", "away"): _COLLECT,
-    ("drop", "off"): _BRING,
+    ("drop", "off"): _GOODS,
     ("turn", "up"): _BRING,
     ("show", "up"): _BRING,
 }
@@ -724,13 +879,18 @@ _ACT_WORDS = {
     _COLLECT: _word_set(
         """
         collect collects collected collecting collection collections pickup pickups
-        fetch fetched retrieve retrieved removal grab grabbed
+        fetch fetched retrieve retrieved removal remove removed grab grabbed
         """
     ),
     _BRING: _word_set(
         """
-        arrive arrives arrived arriving deliver delivers delivered delivering land landed
-        receive received send sent post posted came come
+        arrive arrives arrived arriving land landed receive received send sent post posted
+        came come
+        """
+    ),
+    _GOODS: _word_set(
+        """
+        deliver delivers delivered delivering
         """
     ),
     _CALL: _word_set(
@@ -761,7 +921,7 @@ _ACT_WORDS = {
 _GO_FOR = _word_set(
     """
     come comes came coming call calls called calling stop stops stopped pop pops popped
-    swing swung drop drops dropped be
+    swing swung drop drops dropped knock knocks knocked be
     """
 )
 _ON_THE_WAY = _word_set(
@@ -771,7 +931,12 @@ _ON_THE_WAY = _word_set(
 )
 # The generic arrival fits any act that brings something; a collection or a call is no
 # arrival.
-_BRINGS = frozenset((_BRING, _MONEY, _VOUCHER, _REPLACE))
+# Which act a report of another kind may keep (either way round): the generic arrival any
+# arrival, the delivery of goods a replacement.
+_FITS = {
+    _BRING: frozenset((_MONEY, _VOUCHER, _REPLACE, _GOODS)),
+    _GOODS: frozenset((_REPLACE,)),
+}
 
 
 # "back" is money with an amount or one of these: "the delivery charge back", "paid back".
@@ -780,6 +945,33 @@ _PAID_BACK = _word_set(
     charge charges fee fees money credited pay paid paying cost costs
     """
 )
+
+
+# Taking verbs after "come and" or "come to": "came and got the desk", "coming to take it".
+_FETCH = _word_set(
+    """
+    get got take took grab grabbed fetch fetched collect collected
+    """
+)
+# Where a thing goes back to ("back with us", "back at our depot") and how it goes.
+_US = _word_set(
+    """
+    us our
+    """
+)
+_GO = _word_set(
+    """
+    go goes went gone going
+    """
+)
+# Where a payment lands, after "your" or "my" ("your gift card" is a voucher: "gift" comes
+# between).
+_PAYMENT_PLACES = _word_set(
+    """
+    card bank
+    """
+)
+_COMPOUND_PARTICLES = ("backs", "back", "ups", "up")
 
 
 _THING_STARTS = _word_set(
@@ -799,7 +991,26 @@ _TAKE = _word_set(
 )
 
 
+def _compound_act(word: str) -> str | None:
+    """An act named by a verb and its particle written as one word: "callback", "ringback",
+    "pickup", "payback" (the act of the verb, or of the phrasal verb)."""
+    for particle in _COMPOUND_PARTICLES:
+        stem = word.removesuffix(particle)
+        if stem == word or len(stem) < 3:
+            continue
+        if (kind := _PHRASAL.get((stem, particle.removesuffix("s")))) is not None:
+            return kind
+        for kind, names in _ACT_WORDS.items():
+            if stem in names:
+                return kind
+        if stem in _PAID_BACK:
+            return _MONEY
+    return None
+
+
 def _clause_acts(words: Sequence[str]) -> set[str]:
+    # "the money's landed": the noun names the act, whatever its "'s" is
+    words = [w.removesuffix("'s") for w in words]
     # "our cat is called Peanuts": a name, not a phone call ("I was called by your team" is)
     words = [
         w
@@ -807,6 +1018,7 @@ def _clause_acts(words: Sequence[str]) -> set[str]:
         if not (w == "called" and i and words[i - 1] in _BE and words[i + 1 : i + 2] != ["by"])
     ]
     acts = {kind for kind, names in _ACT_WORDS.items() if names & set(words)}
+    acts |= {kind for w in words if (kind := _compound_act(w)) is not None}
     # "£12 back", "the delivery charge back", "credited back": the money
     money = bool(_AMOUNT.search(" ".join(words)) or _PAID_BACK & set(words))
     last_bring = max((i for i, w in enumerate(words) if w in _ACT_WORDS[_BRING]), default=-1)
@@ -819,8 +1031,9 @@ def _clause_acts(words: Sequence[str]) -> set[str]:
         j = i + 1 + (nxt in _ON_THE_WAY)
         # "a driver will come for the desk", "they'll call round for it": to take it
         thing = words[j + 1] if j + 1 < len(words) else ""
-        # "coming to get it": to fetch it
-        fetch = words[j : j + 2] == ["to", "get"] and word in _GO_FOR
+        # "coming to get it", "came and got the desk": to fetch it
+        fetch = word in _GO_FOR and words[j : j + 1] in (["to"], ["and"])
+        fetch = fetch and words[j + 1 : j + 2] != [] and words[j + 1] in _FETCH
         if fetch or (word in _GO_FOR and words[j : j + 1] == ["for"] and thing in _THING_STARTS):
             acts.add(_COLLECT)
             acts.discard(_CALL)
@@ -828,20 +1041,53 @@ def _clause_acts(words: Sequence[str]) -> set[str]:
                 acts.discard(_BRING)
         if word == "back" and i and words[i - 1] not in _ACT_WORDS[_CALL] and money:
             acts.add(_MONEY)
+        # "return the £92 to your card", "the £30 will be returned": money given back
+        if money and _stem(word) == "return":
+            acts.add(_MONEY)
+        # "back to your card", "it'll be on your card", "my bank shows it": where money lands
+        if word in _PAYMENT_PLACES and i and words[i - 1] in _CUSTOMER_OWNED:
+            acts.add(_MONEY)
+        # "got the desk yesterday", "I've got the voucher": received, by the customer
+        if word == "got" and (i == 0 or "i" in words[:i]) and nxt in _THING_STARTS:
+            acts.add(_BRING)
         if word == "gift" and nxt == "card":
             acts.add(_VOUCHER)
         # "the desk is gone", "a driver will take it": the thing leaves the customer
-        if word == "gone" and i and words[i - 1] in ("is", "has") and not nxt:
+        # (terse: "kettle gone")
+        if word == "gone" and i and not nxt:
             acts.add(_COLLECT)
-        if word in _TAKE and nxt in _THING_STARTS:
+        # ("took the call" takes an act, not a thing)
+        obj = words[i + 2] if i + 2 < len(words) else ""
+        if (
+            word in _TAKE
+            and nxt in _THING_STARTS
+            and not any(obj in n for n in _ACT_WORDS.values())
+        ):
             acts.add(_COLLECT)
     if _MONEY in acts and _ACT_WORDS[_VOUCHER] & set(words) == {"credit"}:
         acts.discard(_VOUCHER)  # "credit £30 back to your card": money, not store credit
-    if _BRING in acts and _RETURNED & {_stem(w) for w in words}:
-        # "the returned desk was received", "the returns depot logged it as received": it
-        # came back to us
+    money = money or _MONEY in acts
+    # ("a call back" is a call)
+    returned = any(
+        _stem(w) in _RETURNED and not (w == "back" and i and words[i - 1] in _ACT_WORDS[_CALL])
+        for i, w in enumerate(words)
+    )
+    if returned and not money and (acts & {_BRING, _GOODS} or _back_to_us(words)):
+        # "the returned desk was received", "the returns depot logged it as received", "our
+        # warehouse has got the desk back", "it went back with the driver": it came back to
+        # us ("send the £20 back" is money)
         acts.add(_COLLECT)
     return acts
+
+
+def _back_to_us(words: Sequence[str]) -> bool:
+    """The thing goes back from the customer: "it went back", "we've got the desk back",
+    "it's back with us"."""
+    if words and words[0] in ("we", "our"):
+        return "back" in words and not _ACT_WORDS[_CALL] & set(words)
+    if any(w == "back" and _US & set(words[i + 1 : i + 3]) for i, w in enumerate(words)):
+        return True
+    return any(w in _GO and b == "back" for w, b in pairwise(words))
 
 
 def _acts_of(sentences: Sequence[str]) -> frozenset[str]:
@@ -857,19 +1103,28 @@ def _acts_of(sentences: Sequence[str]) -> frozenset[str]:
 
 def _compatible(promised: frozenset[str], reported: frozenset[str]) -> bool:
     """Whether a report of ``reported`` acts may keep a promise of ``promised`` ones: both
-    unknown, or one act the same, or one is the generic arrival of the other's thing."""
+    unknown, or one act the same, or one is the generic arrival of the other's thing (or the
+    delivery of a replacement)."""
     if not promised or not reported:
         return True
-    return bool(promised & reported) or (
-        (_BRING in promised and bool(reported & _BRINGS))
-        or (_BRING in reported and bool(promised & _BRINGS))
+    return bool(promised & reported) or any(
+        b in _FITS.get(a, ()) or a in _FITS.get(b, ()) for a in promised for b in reported
     )
 
 
 @text_memo
 def _promise_acts(text: str) -> frozenset[str]:
+    """The acts the promise commits to: the specific ones of its committing clauses ("we'll
+    take the old desk away when we drop off the new one" promises the collection), else
+    those of its sentence ("you're due a voucher, I'll send it"), else of the whole turn."""
     line = promise_sentence(text, "assistant")
-    return _acts_of([line] if line is not None else _sentences(text))
+    if line is None:
+        return _acts_of(_sentences(text))
+    acts: set[str] = set()
+    for clause in _clauses(line):
+        if _clause_promises(clause, agent=True):
+            acts |= _clause_acts(clause)
+    return frozenset(acts - {_BRING}) or _acts_of([line])
 
 
 # "like you said", "as promised", "as agreed", "you promised": a report that says it is the
@@ -891,9 +1146,10 @@ def _about(text: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     return frozenset(_topic_words(text)), frozenset(_amounts(text)), frozenset(_weekdays(text))
 
 
-def _evidence(promise: str, candidate: str) -> tuple[float, bool] | None:
-    """How much more than its cosine says ``candidate`` is about the promise's act, and
-    whether a sentence that says so refers back to a promise ("like you said"); None where
+def _evidence(promise: str, candidate: str) -> tuple[float, bool, bool] | None:
+    """How much more than its cosine says ``candidate`` is about the promise's act, whether
+    a sentence that says so refers back to a promise ("like you said"), and whether a done
+    sentence names the promised kind of act; None where
     it is about another one (another amount, another kind of act: a delivery of the desk
     for its collection) or chases this one (a sentence of it asks after, waits for or
     denies something the promise names)."""
@@ -902,7 +1158,7 @@ def _evidence(promise: str, candidate: str) -> tuple[float, bool] | None:
     if amounts and other_amounts and not amounts & other_amounts:
         return None  # "£12.50 refunded" does not keep "we'll refund the £30"
     acts = _promise_acts(promise)
-    bonus, referred = 0.0, False
+    bonus, referred, named = 0.0, False, False
     done_sentences = []
     for sentence in _sentences(candidate):
         s_words, s_amounts, s_days = _about(sentence)
@@ -920,9 +1176,10 @@ def _evidence(promise: str, candidate: str) -> tuple[float, bool] | None:
         # tied to this promise: the same act with its weekday or amount, or "like you said"
         tied = bool(days & s_days or amounts & s_amounts) or _refers_back(sentence)
         referred = referred or (same_act and tied)
+        named = named or same_act
     if not _compatible(acts, _acts_of(done_sentences)):
         return None  # the same bookcase, but brought, not taken away
-    return bonus, referred
+    return bonus, referred, named
 
 
 def _promise_between(
@@ -944,6 +1201,7 @@ def fulfilment(
     min_cosine: float = MIN_COSINE,
     min_cosine_with_evidence: float = MIN_COSINE_WITH_EVIDENCE,
     min_cosine_referred: float = MIN_COSINE_REFERRED,
+    min_cosine_same_act: float = MIN_COSINE_SAME_ACT,
     promised: npt.NDArray[np.bool_] | None = None,
 ) -> int | None:
     """The one of ``later`` (rows newer than ``promise``, in time order) that keeps the
@@ -961,7 +1219,7 @@ def fulfilment(
         return None
     rows = np.asarray(later, dtype=np.intp)
     cosines = vectors[rows] @ vectors[promise]
-    floor = min(min_cosine, min_cosine_with_evidence, min_cosine_referred)
+    floor = min(min_cosine, min_cosine_with_evidence, min_cosine_referred, min_cosine_same_act)
     acts = _promise_acts(texts[promise])
     best: int | None = None
     best_score = -np.inf
@@ -971,9 +1229,10 @@ def fulfilment(
         found = _evidence(texts[promise], texts[row])
         if found is None:
             continue
-        bonus, referred = found
+        bonus, referred, named = found
         if cosine < min_cosine_with_evidence or (cosine < min_cosine and bonus == 0.0):
-            if not referred or cosine < min_cosine_referred:
+            low = min_cosine_referred if referred else min_cosine_same_act if named else np.inf
+            if cosine < low:
                 continue
             nearer = _promise_between(promise, row, texts, promised)
             if any(acts & _promise_acts(texts[r]) - {_BRING} for r in nearer):
