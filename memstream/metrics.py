@@ -240,6 +240,23 @@ class Metrics:
             ["tenant"],
             registry=registry,
         )
+        self.journal_bytes = Gauge(
+            "memstream_rpc_journal_bytes",
+            "Bytes of the RPC's intake journal on disk (rpc.journal): accepted events kept "
+            "until they are memorized; bounded by the pipeline's lag.",
+            registry=registry,
+        )
+        self.journal_segments = Gauge(
+            "memstream_rpc_journal_segments",
+            "Segment files of the RPC's intake journal on disk.",
+            registry=registry,
+        )
+        self.journal_recovered = Counter(
+            "memstream_rpc_journal_recovered_total",
+            "Events the RPC re-published from its intake journal at start: accepted by an "
+            "earlier process and not memorized (lost with the broker, or never sent).",
+            registry=registry,
+        )
         self.memories = Gauge(
             "memstream_longterm_memories",
             "Consolidated memories in the long-term store (sampled).",
@@ -425,6 +442,9 @@ UNITS = {
     "memstream_rpc_in_flight": "requests",
     "memstream_rpc_ingest_lag": "events",
     "memstream_rpc_ingest_refused_total": "requests",
+    "memstream_rpc_journal_bytes": "bytes",
+    "memstream_rpc_journal_segments": "segments",
+    "memstream_rpc_journal_recovered_total": "events",
 }
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"

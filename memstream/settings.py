@@ -263,6 +263,22 @@ class RPCSettings(_Section):
     # then says whether it was.
     read_your_writes_max_ms: float = 2000.0
     read_your_writes_poll_ms: float = 10.0
+    # The intake journal (stores/journal.py, rpc/intake.py): POST /v1/events appends the
+    # request's events to <data_dir>/intake/ and fsyncs them before it publishes and
+    # answers 202; a start re-publishes those not yet memorized. The embedded broker keeps
+    # its topics in memory only, so without it a crash of the stack lost what it had
+    # accepted. "auto": on with the embedded broker, off with a configured one (a
+    # replicated Kafka's acks=all is already the promise); "on" / "off" force it.
+    journal: Literal["auto", "on", "off"] = "auto"
+    journal_segment_mb: float = 4.0  # a segment is closed past this size ...
+    journal_segment_age_s: float = 2.0  # ... or this age: only a closed one can be pruned
+    # A closed segment whose events are all memorized is deleted on a second look this much
+    # later: by then Valkey's AOF (appendfsync everysec) holds their processed marks.
+    journal_settle_s: float = 5.0
+    journal_prune_interval_s: float = 1.0
+    # A closed segment last written longer ago is deleted even with events not memorized
+    # (a dead-lettered event never is; each start re-publishes them until then).
+    journal_max_age_s: float = 86_400.0
 
     @model_validator(mode="after")
     def _admission_bounds(self) -> RPCSettings:
@@ -280,6 +296,12 @@ class RPCSettings(_Section):
             raise ValueError("rpc.ingest_lag_interval_s must be > 0")
         if self.read_your_writes_max_ms < 0 or self.read_your_writes_poll_ms <= 0:
             raise ValueError("rpc.read_your_writes_max_ms must be >= 0 and poll_ms > 0")
+        if min(self.journal_segment_mb, self.journal_segment_age_s) <= 0:
+            raise ValueError("rpc.journal_segment_mb and journal_segment_age_s must be > 0")
+        if self.journal_settle_s < 0 or self.journal_prune_interval_s <= 0:
+            raise ValueError("rpc.journal_settle_s must be >= 0 and prune_interval_s > 0")
+        if self.journal_max_age_s <= 0:
+            raise ValueError("rpc.journal_max_age_s must be > 0")
         return self
 
 
@@ -398,9 +420,14 @@ class Settings(BaseSettings):
         keys = self.rpc.api_keys or {hash_api_key(DEMO_API_KEY): DEMO_TENANT}
         return keys.get(hash_api_key(api_key))
 
+    def intake_journal(self) -> bool:
+        """Whether the RPC journals accepted events (``rpc.journal``; "auto": when the
+        broker is the embedded one, whose topics die with it)."""
+        return self.rpc.journal == "on" or (self.rpc.journal == "auto" and not self.kafka.broker)
+
     def topic(self, name: str) -> str:
+        if name == "dlq" and self.kafka.dlq_topic:
+            return self.kafka.dlq_topic
         if self.kafka.generation and name in GENERATION_TOPICS:
             return f"{self.kafka.topic_prefix}.{self.kafka.generation}.{name}"
         return f"{self.kafka.topic_prefix}.{name}"
-        if name == "dlq" and self.kafka.dlq_topic:
-            return self.kafka.dlq_topic

@@ -31,6 +31,7 @@ FAMILIES = (
     "load",
     "burst",
     "crashes",
+    "intake",
     "outages",
     "adversarial",
 )

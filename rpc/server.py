@@ -44,6 +44,7 @@ from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
 from rpc.feedback import FeedbackSink
 from rpc.gate import DEADLINE_HEADER, Gate, params_of
 from rpc.ingest import IngestGuard
+from rpc.intake import Intake
 from rpc.retrieval import Retriever
 from schemas import (
     AddEventsRequest,
@@ -81,6 +82,8 @@ INGEST_SHED: dict[int | str, dict[str, object]] = {
     429: {"model": ErrorBody, "description": "the pipeline is behind (`rpc.ingest_max_lag` "
           "events accepted and not yet memorized): none of the request's events were "
           "accepted; send the same request again after `Retry-After` s (`Retry-After-Ms` ms)"},
+    503: {"model": ErrorBody, "description": "the intake journal could not be written: none "
+          "of the request's events were accepted; send the same request again"},
 }  # fmt: skip
 NOT_FOUND: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorBody, "description": "no such memory for this tenant and user"}
@@ -95,6 +98,7 @@ class ApiDeps:
     metrics: Metrics
     feedback: FeedbackSink | None = None  # None: nothing reported (tests, benchmarks)
     ingest: IngestGuard | None = None  # None: event intake never refused (tests, benchmarks)
+    intake: Intake | None = None  # None: no journal (rpc.journal off; tests, benchmarks)
 
 
 # Declared as security schemes (not header parameters) so that the OpenAPI document says
@@ -412,8 +416,16 @@ def create_api(deps: ApiDeps) -> FastAPI:
             )
             for e in body.events
         ]
+        values = [e.model_dump_json().encode() for e in events]
+        if deps.intake is not None:
+            # On disk (fsynced) before the broker has them: a 202 survives a crash of the
+            # stack, the embedded broker's memory-only topics included.
+            try:
+                await deps.intake.append(values)
+            except OSError as exc:  # a full or failing disk: nothing accepted, retry later
+                raise HTTPException(503, f"the intake journal cannot write: {exc}") from exc
         await deps.publisher.publish_many(
-            settings.topic("events"), [(e.user_key, e.model_dump_json().encode()) for e in events]
+            settings.topic("events"), [(e.user_key, v) for e, v in zip(events, values, strict=True)]
         )
         if deps.ingest is not None:
             deps.ingest.accepted(len(events))

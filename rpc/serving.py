@@ -14,6 +14,7 @@ from memstream.metrics import Metrics
 from memstream.settings import Settings
 from rpc.feedback import FeedbackSink
 from rpc.ingest import IngestGuard
+from rpc.intake import Intake
 from rpc.retrieval import QueryEncoder, Retriever, exemplars_of
 from rpc.server import ApiDeps, create_api
 from stores.broker import ConsumerGroupLag, EventPublisher
@@ -66,16 +67,21 @@ async def start_api(
         exemplars=await asyncio.to_thread(exemplars_of, encoder),
     )
     feedback = FeedbackSink(publisher, settings.topic("feedback"))
-    api = create_api(
-        ApiDeps(
-            settings=settings,
-            retriever=retriever,
-            publisher=publisher,
-            metrics=metrics,
-            feedback=feedback,
-            ingest=ingest,
-        )
+    deps = ApiDeps(
+        settings=settings,
+        retriever=retriever,
+        publisher=publisher,
+        metrics=metrics,
+        feedback=feedback,
+        ingest=ingest,
     )
+    if settings.intake_journal():
+        deps.intake = Intake(
+            settings, state=lambda: deps.retriever.state, publisher=publisher, metrics=metrics
+        )
+        # Recovered before the API listens: a user's journaled events go out before new ones.
+        await deps.intake.start()
+    api = create_api(deps)
     _freeze_startup_objects()
     return api, publisher
 
@@ -85,6 +91,8 @@ async def stop_api(api: FastAPI, publisher: EventPublisher) -> None:
     deps: ApiDeps = api.state.deps
     if deps.ingest is not None:
         await deps.ingest.close()
+    if deps.intake is not None:
+        await deps.intake.close()
     await publisher.close()
 
 

@@ -343,6 +343,11 @@ class EventPublisher:
         for future in futures:
             await future
 
+    async def partitions(self, topic: str) -> int:
+        """How many partitions the broker lists for ``topic`` (0: it does not exist yet)."""
+        cluster = await self._producer.client.fetch_all_metadata()
+        return len(cluster.partitions_for_topic(topic) or ())
+
     async def ping(self) -> bool:
         try:
             await self._producer.client.fetch_all_metadata()

@@ -273,6 +273,9 @@ class FakeShortTermState:
     async def memorized(self, tenant_id: str, user_id: str, event_id: str) -> bool:
         return event_id in self._peek(tenant_id, user_id).seen
 
+    async def memorized_many(self, events: Sequence[tuple[str, str, str]]) -> list[bool]:
+        return [event_id in self._peek(t, u).seen for t, u, event_id in events]
+
     async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None:
         return self._peek(tenant_id, user_id).tver
 

@@ -780,6 +780,15 @@ class RedisState:
         transaction (kept for the mark's TTL: what a caller just posted is covered)."""
         return bool(await self.redis.exists(self._key(tenant_id, user_id, "seen", event_id)))
 
+    async def memorized_many(self, events: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """``memorized`` of each (tenant, user, event id), in order, in one pipelined read."""
+        if not events:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant_id, user_id, event_id in events:
+            pipe.exists(self._key(tenant_id, user_id, "seen", event_id))
+        return [bool(found) for found in await pipe.execute()]
+
     async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
         """Every short-term turn id on the user's timeline, oldest first."""
         ids = await self.redis.zrange(self._key(tenant_id, user_id, "timeline"), 0, -1)

@@ -138,6 +138,11 @@ class ShortTermState(Protocol):
         """Whether memorize applied the event (its processed mark: kept for its TTL)."""
         ...
 
+    async def memorized_many(self, events: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """``memorized`` of each (tenant, user, event id), in the order asked, in one
+        pipelined read (the RPC's intake journal checks thousands at a start)."""
+        ...
+
     # -- the RPC's turn index
     async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None: ...
 

@@ -131,6 +131,26 @@ async def test_apply_writes_the_turn_as_stored_and_marks_the_event(make_state: M
     assert not (await state.load_user("globex", USER, "e1")).already_processed
 
 
+async def test_memorized_many_answers_each_event_as_memorized_does(make_state: MakeState) -> None:
+    state = make_state()
+    assert await state.memorized_many([]) == []
+    await state.apply(TENANT, USER, update(turn("e1", timedelta(0))))
+    await state.apply(TENANT, OTHER, update(turn("e3", timedelta(minutes=1))))
+    asked = [
+        (TENANT, USER, "e1"),
+        (TENANT, USER, "e2"),
+        (TENANT, OTHER, "e3"),
+        (TENANT, OTHER, "e1"),  # another user's event id
+        ("globex", USER, "e1"),  # the same user id of another tenant
+        (TENANT, USER, "e1"),  # asked twice: answered twice
+    ]
+    expected = [await state.memorized(*a) for a in asked]
+    assert expected == [True, False, True, False, False, True]
+    assert await state.memorized_many(asked) == expected
+    await state.delete_user(TENANT, USER)  # forgetting removes the marks
+    assert await state.memorized_many(asked[:1]) == [False]
+
+
 async def test_turn_version_is_fresh_on_every_write_and_tall_counts_distinct_turns(
     make_state: MakeState,
 ) -> None:

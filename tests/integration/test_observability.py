@@ -51,6 +51,11 @@ STILL = {
     "never show it (tests/integration/test_ingest_backpressure.py)",
     "memstream_rpc_ingest_refused_total": "only a lag past rpc.ingest_max_lag refuses "
     "(tests/integration/test_ingest_backpressure.py)",
+    "memstream_rpc_journal_bytes": "the intake journal is off with a configured broker "
+    "(rpc.journal auto; tests/integration/test_intake_journal.py)",
+    "memstream_rpc_journal_segments": "the intake journal is off with a configured broker",
+    "memstream_rpc_journal_recovered_total": "only a start after a crash recovers "
+    "(tests/integration/test_intake_journal.py)",
 }
 
 
@@ -138,6 +143,9 @@ OWNED = {
         "memstream_rpc_in_flight",
         "memstream_rpc_ingest_lag",
         "memstream_rpc_ingest_refused_total",
+        "memstream_rpc_journal_bytes",
+        "memstream_rpc_journal_segments",
+        "memstream_rpc_journal_recovered_total",
         *EVERY_PROCESS,
         *ENCODING,
     },
