@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from bench import cs_phrases as P
 from bench.cs_stream import COURIERS, PRODUCTS, WEEKDAYS, render
+from memory.acts import ActPrototypes, acts_meant
 from memory.promises import (
     MIN_COSINE,
     MIN_COSINE_WITH_EVIDENCE,
@@ -611,8 +613,16 @@ def _any_promise(text: str) -> bool:
 
 
 def _pairing(
-    bank: Bank, rng: random.Random, encode: Callable[[list[str]], np.ndarray], *, show: bool
+    bank: Bank,
+    rng: random.Random,
+    encode: Callable[[list[str]], np.ndarray],
+    acts: ActPrototypes,
+    *,
+    show: bool,
 ) -> None:
+    def meant(vectors: np.ndarray) -> npt.NDArray[np.int8]:
+        return acts_meant(vectors, acts)
+
     outcomes = {"true": 0, "chase": 0, "other topic": 0, "other turn": 0, "none": 0}
     absent = {"none": 0, "chase": 0, "other topic": 0, "other turn": 0}
     own: list[float] = []
@@ -636,13 +646,15 @@ def _pairing(
         texts = [promise] + [t for t, _ in rows]
         vectors = encode(texts)
         done = np.array([False] + [reports_done(t) for t in texts[1:]])
-        found = fulfilment(0, list(range(1, len(texts))), vectors, done, texts)
+        found = fulfilment(
+            0, list(range(1, len(texts))), vectors, done, texts, meant=meant(vectors)
+        )
         outcome = "none" if found is None else rows[found - 1][1]
         outcomes[outcome] += 1
         # The same turns without the true one: a promise not kept yet must stay open.
         true_row = 1 + [kind for _, kind in rows].index("true")
         rest = [i for i in range(1, len(texts)) if i != true_row]
-        wrong = fulfilment(0, rest, vectors, done, texts)
+        wrong = fulfilment(0, rest, vectors, done, texts, meant=meant(vectors))
         absent["none" if wrong is None else rows[wrong - 1][1]] += 1
         if show and wrong is not None:
             print(f"    absent true, pairs: {promise!r} -> {texts[wrong]!r}")
@@ -658,7 +670,9 @@ def _pairing(
         first_product = len(extra) - len(product_rows)
         ex_vectors = encode(extra)
         ex_done = np.array([False] + [reports_done(t) for t in extra[1:]])
-        paired = fulfilment(0, list(range(1, len(extra))), ex_vectors, ex_done, extra)
+        paired = fulfilment(
+            0, list(range(1, len(extra))), ex_vectors, ex_done, extra, meant=meant(ex_vectors)
+        )
         same_act[
             "none" if paired is None else "same product" if paired >= first_product else "other"
         ] += 1
@@ -670,7 +684,9 @@ def _pairing(
         first_fresh = len(fresh) - len(fresh_rows)
         fr_vectors = encode(fresh)
         fr_done = np.array([False] + [reports_done(t) for t in fresh[1:]])
-        paired = fulfilment(0, list(range(1, len(fresh))), fr_vectors, fr_done, fresh)
+        paired = fulfilment(
+            0, list(range(1, len(fresh))), fr_vectors, fr_done, fresh, meant=meant(fr_vectors)
+        )
         same_fresh[
             "none" if paired is None else "same product" if paired >= first_fresh else "other"
         ] += 1
@@ -680,7 +696,9 @@ def _pairing(
         both = [*texts, *product_rows]
         b_vectors = encode(both)
         b_done = np.array([False] + [reports_done(t) for t in both[1:]])
-        paired = fulfilment(0, list(range(1, len(both))), b_vectors, b_done, both)
+        paired = fulfilment(
+            0, list(range(1, len(both))), b_vectors, b_done, both, meant=meant(b_vectors)
+        )
         same_with_true[
             "none"
             if paired is None
@@ -732,13 +750,14 @@ def main() -> None:
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(enc.encode(texts), dtype=np.float32)
 
+    acts = ActPrototypes.build(encode)
     halves: tuple[Half, ...] = ("A", "B", "C", "D", "E", "F", "G")
     for half in halves:
         rng = random.Random(SEED)
         bank = _bank(half, rng)
         print(f"== half {half}")
         _recognisers(bank, rng, show=half != "B")
-        _pairing(bank, rng, encode, show=half != "B")
+        _pairing(bank, rng, encode, acts, show=half != "B")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ class TurnRows(Protocol):
     @property
     def attribute(self) -> npt.NDArray[np.int8]: ...  # the standing attribute a row states
     @property
+    def act(self) -> npt.NDArray[np.int8]: ...  # the act a row describes by meaning (memory.acts)
+    @property
     def names(self) -> Names: ...  # key -> the names people give it (``memory.names``)
 
 
@@ -419,6 +421,7 @@ def _kept_by(row: int, turns: TurnRows) -> int | None:
         turns.done,
         _Field(turns.docs, "text"),
         promised=turns.promise,
+        meant=turns.act,
     )
 
 

@@ -22,6 +22,7 @@ from itertools import pairwise
 import numpy as np
 import numpy.typing as npt
 
+from memory.acts import MEANT_ACTS, NO_ACT
 from memory.phrases import PROMISE_WORDS
 from memory.text import text_memo, tokenize
 
@@ -1203,6 +1204,7 @@ def fulfilment(
     min_cosine_referred: float = MIN_COSINE_REFERRED,
     min_cosine_same_act: float = MIN_COSINE_SAME_ACT,
     promised: npt.NDArray[np.bool_] | None = None,
+    meant: npt.NDArray[np.int8] | None = None,
 ) -> int | None:
     """The one of ``later`` (rows newer than ``promise``, in time order) that keeps the
     promise best: it reports something done (``done[row]``) about the same act, by cosine
@@ -1212,6 +1214,8 @@ def fulfilment(
     ``min_cosine_referred`` where it names the promised kind of act and refers back to a
     promise ("someone called me back like you said") and no other promise of that kind
     came between (``promised``: which rows are promises, read from the texts if None). A
+    report names the kind of act in words, or by meaning (``meant``: per row, the act
+    ``memory.acts`` reads from its embedding, for the acts the grammar may miss). A
     turn that names another amount or another kind of act (a delivery of the desk for its
     collection), or chases the promised thing, never keeps it. Of those that do, the
     closest by cosine plus its evidence, the first on a tie; None if none does."""
@@ -1230,6 +1234,8 @@ def fulfilment(
         if found is None:
             continue
         bonus, referred, named = found
+        if meant is not None and meant[row] != NO_ACT:
+            named = named or MEANT_ACTS[int(meant[row])] in acts
         if cosine < min_cosine_with_evidence or (cosine < min_cosine and bonus == 0.0):
             low = min_cosine_referred if referred else min_cosine_same_act if named else np.inf
             if cosine < low:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from memory.acts import ActPrototypes
 from memory.chatter import Prototypes
 from memory.formulaic import line_key
 from memory.profile import AttributePrototypes
@@ -16,15 +17,19 @@ from schemas import InteractionEvent, StoredTurn
 
 @dataclass(frozen=True)
 class Exemplars:
-    """What a turn is compared with by meaning -- chatter (``memory.chatter``) and standing
-    attributes (``memory.profile``) -- embedded once by the encoder that embeds the turns."""
+    """What a turn is compared with by meaning -- chatter (``memory.chatter``), standing
+    attributes (``memory.profile``) and the acts a report describes (``memory.acts``) --
+    embedded once by the encoder that embeds the turns."""
 
     chatter: Prototypes
     attributes: AttributePrototypes
+    acts: ActPrototypes
 
     @classmethod
     def build(cls, encode: Callable[[Sequence[str]], FloatArray]) -> Exemplars:
-        return cls(Prototypes.build(encode), AttributePrototypes.build(encode))
+        return cls(
+            Prototypes.build(encode), AttributePrototypes.build(encode), ActPrototypes.build(encode)
+        )
 
 
 def stored_turn(

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from memory.acts import NO_ACT, acts_meant
 from memory.chatter import chatter_mask
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.names import Names, names_of
@@ -78,6 +79,8 @@ class UserTurns:
     names: Names = field(default_factory=dict)  # key -> the names given it (memory.names)
     # The standing attribute a row states (``memory.profile.ATTRIBUTES`` index, -1: none).
     attribute: npt.NDArray[np.int8] = field(default_factory=lambda: np.array([], np.int8))
+    # The act a row describes by meaning (``memory.acts.MEANT_ACTS`` index, -1: none).
+    act: npt.NDArray[np.int8] = field(default_factory=lambda: np.array([], np.int8))
     # Each row's words as one number: a line repeated word for word is formulaic.
     line_keys: npt.NDArray[np.int64] = field(default_factory=lambda: np.array([], np.int64))
     expected: int = 0  # turns ever written for the user (Redis ``tall``)
@@ -137,6 +140,7 @@ class UserTurns:
             names=names_of(docs, plain=_plain(salient, attribute)),
             salient=salient,
             attribute=attribute,
+            act=_acts(vectors, exemplars, held, known),
             promise=_marks(promises, docs, held, known.promise if known else None),
             done=_marks(reports_something_done, docs, held, known.done if known else None),
             line_keys=_marks(
@@ -197,6 +201,7 @@ class UserTurns:
             ),
             salient=np.concatenate([self.salient, salient]),
             attribute=np.concatenate([self.attribute, attribute]),
+            act=np.concatenate([self.act, _acts(added, exemplars)]),
             promise=np.concatenate([self.promise, _marks(promises, docs)]),
             done=np.concatenate([self.done, _marks(reports_something_done, docs)]),
             line_keys=np.concatenate([self.line_keys, _marks(said_as, docs, kind=np.int64)]),
@@ -278,6 +283,24 @@ def _attributes(
     out[reuse] = known.attribute[held[reuse]]
     fresh = np.flatnonzero(~reuse)
     out[fresh] = attributes_of([docs[i] for i in fresh.tolist()], vectors[fresh], prototypes)
+    return out
+
+
+def _acts(
+    vectors: npt.NDArray[Any],
+    exemplars: Exemplars | None,
+    held: npt.NDArray[np.intp] | None = None,
+    known: UserTurns | None = None,
+) -> npt.NDArray[np.int8]:
+    """The act each row describes by meaning (``memory.acts``); a held row keeps its."""
+    prototypes = exemplars.acts if exemplars is not None else None
+    if held is None or known is None:
+        return acts_meant(vectors, prototypes)
+    out = np.full(len(vectors), NO_ACT, dtype=np.int8)
+    reuse = held >= 0
+    out[reuse] = known.act[held[reuse]]
+    fresh = np.flatnonzero(~reuse)
+    out[fresh] = acts_meant(vectors[fresh], prototypes)
     return out
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
+from memory.acts import acts_meant
 from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.names import Names, names_of
@@ -89,6 +90,10 @@ class Rows:
     @property
     def attribute(self) -> npt.NDArray[np.int8]:
         return attributes_of(self.docs, self.vectors, None)
+
+    @property
+    def act(self) -> npt.NDArray[np.int8]:
+        return acts_meant(self.vectors, None)  # no exemplars: acts from the words alone
 
     @property
     def by_entity(self) -> dict[str, list[int]]:

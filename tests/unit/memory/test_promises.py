@@ -10,6 +10,7 @@ import pytest
 
 from bench import adversarial_inputs as adversarial
 from memory import promises
+from memory.acts import MEANT_ACTS, NO_ACT
 from memory.promises import fulfilment, is_promise, promise_sentence, reports_done
 
 AGENT_PROMISES = [
@@ -487,3 +488,16 @@ def test_a_delivery_of_goods_keeps_no_money_promise() -> None:
     assert fulfilment(0, [1], vectors, done, texts) is None
     texts[1] = "The £30 arrived Friday."  # the generic arrival may be the money's
     assert fulfilment(0, [1], vectors, done, texts) == 1
+
+
+def test_a_report_naming_the_act_by_meaning_only_keeps_a_promise_of_that_act() -> None:
+    texts = ["We'll refund the £30 to your card.", "That has all gone through now, cheers."]
+    vectors = _unit([1, 0], [0.3, 1])  # cosine ~0.29: under every bar but the same act's
+    done = np.array([False, True])
+    assert fulfilment(0, [1], vectors, done, texts) is None  # no act in its words
+    money, call = MEANT_ACTS.index("money"), MEANT_ACTS.index("call")
+    meant = np.array([NO_ACT, money], dtype=np.int8)
+    assert fulfilment(0, [1], vectors, done, texts, meant=meant) == 1
+    # another act by meaning, or none, keeps nothing
+    assert fulfilment(0, [1], vectors, done, texts, meant=np.array([NO_ACT, call], np.int8)) is None
+    assert fulfilment(0, [1], vectors, done, texts, meant=np.full(2, NO_ACT, np.int8)) is None

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from memory.acts import ActPrototypes
 from memory.chatter import Prototypes
 from memory.lexical import LexicalIndex
 from memory.profile import AttributePrototypes
@@ -99,6 +100,7 @@ def test_turns_close_to_chatter_by_meaning_are_not_salient_built_or_appended() -
             content=np.zeros((0, 8), dtype=np.float32),
         ),
         AttributePrototypes(np.zeros((0, 8), np.float32), np.zeros(0, np.int8)),
+        ActPrototypes(np.zeros((0, 8), np.float32), ()),
     )
     shared = lexical(everything)
     plain = UserTurns.build(b"v", everything, shared, 8)
