@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from memory.acts import NO_ACT, acts_meant
+from memory.acts import acts_meant
 from memory.chatter import chatter_mask
 from memory.lexical import LexicalIndex, lexical_text, tokens_of
 from memory.names import Names, names_of
@@ -238,12 +238,28 @@ def _marks(
 ) -> npt.NDArray[Any]:
     """``mark`` of each turn (a ``kind``); where ``held[i] >= 0`` it is ``known[held[i]]``
     already."""
+
+    def read(rows: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+        return np.array([mark(docs[i]) for i in rows.tolist()], dtype=kind)
+
     if held is None or known is None:
-        return np.array([mark(t) for t in docs], dtype=kind)
-    out: npt.NDArray[Any] = np.zeros(len(docs), dtype=kind)
+        return read(np.arange(len(docs)))
+    return _reuse_held(held, known, read)
+
+
+def _reuse_held(
+    held: npt.NDArray[np.intp],
+    known: npt.NDArray[Any],
+    read: Callable[[npt.NDArray[np.intp]], npt.NDArray[Any]],
+) -> npt.NDArray[Any]:
+    """Each row's value: ``known[held[i]]`` for a row the view held already, ``read(rows)``
+    (one call) for the others: a rebuild reads only what it has not read before."""
+    out: npt.NDArray[Any] = np.zeros(len(held), dtype=known.dtype)
     reuse = held >= 0
     out[reuse] = known[held[reuse]]
-    out[~reuse] = [mark(docs[i]) for i in np.flatnonzero(~reuse).tolist()]
+    fresh = np.flatnonzero(~reuse)
+    if fresh.size:
+        out[fresh] = read(fresh)
     return out
 
 
@@ -276,14 +292,13 @@ def _attributes(
 ) -> npt.NDArray[np.int8]:
     """The standing attribute each turn states (``memory.profile``); a held row keeps its."""
     prototypes = exemplars.attributes if exemplars is not None else None
+
+    def read(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int8]:
+        return attributes_of([docs[i] for i in rows.tolist()], vectors[rows], prototypes)
+
     if held is None or known is None:
-        return attributes_of(docs, vectors, prototypes)
-    out = np.zeros(len(docs), dtype=np.int8)
-    reuse = held >= 0
-    out[reuse] = known.attribute[held[reuse]]
-    fresh = np.flatnonzero(~reuse)
-    out[fresh] = attributes_of([docs[i] for i in fresh.tolist()], vectors[fresh], prototypes)
-    return out
+        return read(np.arange(len(docs)))
+    return _reuse_held(held, known.attribute, read)
 
 
 def _acts(
@@ -294,14 +309,13 @@ def _acts(
 ) -> npt.NDArray[np.int8]:
     """The act each row describes by meaning (``memory.acts``); a held row keeps its."""
     prototypes = exemplars.acts if exemplars is not None else None
+
+    def read(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.int8]:
+        return acts_meant(vectors[rows], prototypes)
+
     if held is None or known is None:
-        return acts_meant(vectors, prototypes)
-    out = np.full(len(vectors), NO_ACT, dtype=np.int8)
-    reuse = held >= 0
-    out[reuse] = known.act[held[reuse]]
-    fresh = np.flatnonzero(~reuse)
-    out[fresh] = acts_meant(vectors[fresh], prototypes)
-    return out
+        return read(np.arange(len(vectors)))
+    return _reuse_held(held, known.act, read)
 
 
 def _plain(salient: npt.NDArray[np.bool_], attribute: npt.NDArray[np.int8]) -> list[bool]:
