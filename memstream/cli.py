@@ -17,6 +17,7 @@ from memstream.launch import ALL_ROLES, ROLE_SETS, parse_roles
 from memstream.logs import logging_config
 from memstream.settings import (
     DEMO_API_KEY,
+    DEMO_TENANT,
     ENV_NESTED,
     ENV_PREFIX,
     Settings,
@@ -63,6 +64,32 @@ def _settings(port: int | None = None) -> Settings:
     return settings
 
 
+def _found_stack(settings: Settings) -> Settings:
+    """``settings`` with the broker and Valkey of the stack running on its data folder where
+    none is configured (``memstream up`` records them in ``stack.lock``), saying so."""
+    if settings.kafka.broker and settings.redis.url:
+        return settings
+    from stores.embedded import running_stack
+
+    found = running_stack(settings.data_dir)
+    if found is None:
+        return settings
+    broker = settings.kafka.broker or str(found.get("broker") or "")
+    redis = settings.redis.url or str(found.get("redis") or "")
+    console.print(
+        f"using the stack running on {settings.data_dir} (pid {found.get('pid')}): "
+        f"broker {broker or '-'}, valkey {redis or '-'}",
+        soft_wrap=True,
+        highlight=False,
+    )
+    return settings.model_copy(
+        update={
+            "kafka": settings.kafka.model_copy(update={"broker": broker}),
+            "redis": settings.redis.model_copy(update={"url": redis}),
+        }
+    )
+
+
 def _fail(message: str) -> NoReturn:
     """A user's mistake or a missing service: one line on stderr, exit 1, no traceback."""
     errors.print(message, markup=False, highlight=False, soft_wrap=True)
@@ -83,17 +110,25 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def banner(settings: Settings) -> str:
-    """How to ask the running stack something; the demo key only where it is accepted."""
+def banner(settings: Settings, broker: str = "", redis: str = "") -> str:
+    """How to ask the running stack something, and where its broker and Valkey answer; the
+    demo key (and its tenant, which a producer writing to the broker must use) only where
+    it is accepted."""
     url = f"http://{settings.rpc.host}:{settings.rpc.port}"
     key = DEMO_API_KEY if not settings.rpc.api_keys else "$MEMSTREAM_API_KEY"
     note = "" if not settings.rpc.api_keys else "  (rpc.api_keys is set: use one of its keys)\n"
+    tenant = f", tenant '{DEMO_TENANT}' for the demo key" if not settings.rpc.api_keys else ""
+    services = (
+        f"\n  broker: {broker} (topic {settings.topic('events')}{tenant})   valkey: {redis}"
+        if broker or redis
+        else ""
+    )
     return (
         f"\n[bold green]memstream is serving on {url}[/] (Ctrl-C stops it)\n{note}"
         f"  curl -s {url}/v1/retrieve -H 'Authorization: Bearer {key}' "
         "-H 'Content-Type: application/json' \\\n"
         '    -d \'{"user_id": "cust-ana", "query": "What is the status of order A-10293?"}\'\n'
-        f"  metrics: {url}/metrics   docs: {url}/docs"
+        f"  metrics: {url}/metrics   docs: {url}/docs{services}"
     )
 
 
@@ -169,7 +204,10 @@ def _run_roles(
                 soft_wrap=True,
             )
             await replay_sample(running, replay, restore_forgotten=restore_forgotten)
-        console.print(banner(running.settings), soft_wrap=True)  # the curl must paste whole
+        stack = running.stack
+        console.print(  # soft wrap: the curl must paste whole
+            banner(running.settings, stack.broker_url, stack.redis_url), soft_wrap=True
+        )
         await asyncio.Event().wait()  # serve until the worker is stopped
         return 0
 
@@ -224,10 +262,12 @@ def replay(
     from memstream.ops.replay import file_users, forgotten_hint, forgotten_users, replay_file
     from memstream.wiring import open_state
 
-    settings = _settings()
+    settings = _settings() if broker else _found_stack(_settings())
     url = broker or settings.kafka.broker
     if not url:
-        raise typer.BadParameter("no broker: pass --broker or set MEMSTREAM_KAFKA__BROKER")
+        raise typer.BadParameter(
+            "no broker: pass --broker, set MEMSTREAM_KAFKA__BROKER or start `memstream up`"
+        )
     if restore_forgotten and not settings.redis.url:
         raise typer.BadParameter(
             "--restore-forgotten needs the stack's Redis (MEMSTREAM_REDIS__URL); with the "
@@ -286,7 +326,7 @@ def rebuild(
     """
     from memstream.ops.rebuild import plan_generation, run_rebuild
 
-    settings = _settings()
+    settings = _found_stack(_settings())
     encoder = {
         k: v
         for k, v in (("model_path", encoder_model), ("model_sha256", encoder_sha256))
@@ -319,9 +359,9 @@ def switch(
     """Make a built generation the one the RPC serves (workers follow when restarted)."""
     from memstream.generations import activate
 
-    settings = _settings()
+    settings = _found_stack(_settings())
     if not settings.redis.url:
-        raise typer.BadParameter("no Redis: set MEMSTREAM_REDIS__URL")
+        raise typer.BadParameter("no Redis: set MEMSTREAM_REDIS__URL or start `memstream up`")
     try:
         activate(settings.redis.url, settings.redis.prefix, "" if name == "first" else name)
     except ValueError as exc:
@@ -334,9 +374,9 @@ def generations() -> None:
     """The generations built by memstream rebuild, and which one is active."""
     from memstream.generations import generations as recorded
 
-    settings = _settings()
+    settings = _found_stack(_settings())
     if not settings.redis.url:
-        raise typer.BadParameter("no Redis: set MEMSTREAM_REDIS__URL")
+        raise typer.BadParameter("no Redis: set MEMSTREAM_REDIS__URL or start `memstream up`")
     found, active = recorded(settings.redis.url, settings.redis.prefix)
     console.print(f"{'*' if not active else ' '} first  prefix {settings.redis.prefix}")
     for g in found:

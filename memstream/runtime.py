@@ -169,6 +169,13 @@ def run_process(
     finally:
         if lock is not None and stack is None:
             lock.release()
+    if lock is not None:
+        serving = "serve" in roles
+        lock.record(
+            url=rpc_url(settings) if serving else "",
+            broker=stack.broker_url,
+            redis=stack.redis_url,
+        )
     health_server = None
     try:
         base = settings

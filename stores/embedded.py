@@ -166,17 +166,41 @@ class DataDirLock:
             raise DataDirBusy(
                 self.data_dir, pid if isinstance(pid, int) else None, str(owner.get("url", ""))
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "url": url}) + "\n")
-        handle.flush()
         self._file = handle
+        self.record(url=url)
         return self
+
+    def record(self, **urls: str) -> None:
+        """What the file says of the holder: its pid and the URLs of what it runs (the RPC,
+        the broker, Valkey), for the operator's commands that find the stack by its folder."""
+        if self._file is None:
+            raise RuntimeError("record() needs the lock held")
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(json.dumps({"pid": os.getpid(), **urls}) + "\n")
+        self._file.flush()
 
     def release(self) -> None:
         if self._file is not None:
             self._file.close()  # closing drops the flock; the file stays (another may hold it)
             self._file = None
+
+
+def running_stack(data_dir: Path) -> dict[str, object] | None:
+    """What the live process holding ``data_dir``'s stack lock recorded (pid, URLs), or None
+    when no process holds it (a file left by a stopped stack says nothing)."""
+    path = DataDirLock(data_dir).path
+    try:
+        handle = path.open()
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _owner(handle.read())
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
 
 
 def _owner(text: str) -> dict[str, object]:

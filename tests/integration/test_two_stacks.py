@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from memstream.launch import defaults, process_env
 from memstream.settings import DEMO_API_KEY
 from stores.embedded import DataDirLock, EmbeddedRedis, ServiceConflict, free_port
 from tests.integration.process import wait_for
-from tests.integration.stack import Stack, alive
+from tests.integration.stack import ROOT, Stack, alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -62,6 +65,20 @@ def test_second_stack_on_one_folder_refuses_and_none_outlives_a_kill(tmp_path: P
             timeout=10,
         )
         assert answer.status_code == 200, answer.text
+
+        # The operator's commands find the running stack by its folder: no URL to look up.
+        settings = defaults({"data_dir": data})
+        found = subprocess.run(
+            [sys.executable, "-m", "memstream", "generations"],
+            env=process_env(settings, {"COLUMNS": "200"}),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert found.returncode == 0, found.stdout + found.stderr
+        assert f"using the stack running on {data} (pid {first.proc.pid})" in found.stdout
+        assert "* first" in found.stdout  # the active generation, read from its Valkey
 
         # Another folder on the same port: the port is named, with the way out.
         third = Stack(tmp_path / "other", first.port, tmp_path / "third.log").spawn()

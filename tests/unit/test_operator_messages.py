@@ -12,7 +12,7 @@ from memstream.ops.replay import forgotten_hint
 from memstream.runtime import Backlog
 from memstream.settings import DEMO_API_KEY, Settings, hash_api_key
 from rpc.client import MemstreamError, detail_text
-from stores.embedded import DataDirBusy, DataDirLock
+from stores.embedded import DataDirBusy, DataDirLock, running_stack
 
 
 def test_a_held_data_folder_names_its_owner_and_frees_on_release(tmp_path: Path) -> None:
@@ -27,11 +27,30 @@ def test_a_held_data_folder_names_its_owner_and_frees_on_release(tmp_path: Path)
     DataDirLock(tmp_path).acquire().release()
 
 
+def test_the_running_stack_is_found_by_its_folder_while_it_holds_it(tmp_path: Path) -> None:
+    assert running_stack(tmp_path) is None  # never started
+    held = DataDirLock(tmp_path).acquire("http://127.0.0.1:8080")
+    held.record(url="http://127.0.0.1:8080", broker="kafka://127.0.0.1:1", redis="redis://x:2")
+    assert running_stack(tmp_path) == {
+        "pid": os.getpid(),
+        "url": "http://127.0.0.1:8080",
+        "broker": "kafka://127.0.0.1:1",
+        "redis": "redis://x:2",
+    }
+    held.release()
+    assert running_stack(tmp_path) is None  # the file a stopped stack left says nothing
+
+
 def test_the_banner_offers_the_demo_key_only_when_it_works() -> None:
     assert f"Bearer {DEMO_API_KEY}" in banner(Settings())
     keyed = Settings(rpc={"api_keys": {hash_api_key("k"): "acme"}})
     assert DEMO_API_KEY not in banner(keyed)
     assert "Bearer $MEMSTREAM_API_KEY" in banner(keyed)
+    # Where a producer writes, and as which tenant, when the stack's services are known.
+    shown = banner(Settings(), "kafka://127.0.0.1:9092", "redis://127.0.0.1:6379")
+    assert "broker: kafka://127.0.0.1:9092 (topic memstream.events, tenant 'demo'" in shown
+    assert "valkey: redis://127.0.0.1:6379" in shown
+    assert "tenant" not in banner(keyed, "kafka://127.0.0.1:9092", "redis://127.0.0.1:6379")
 
 
 def test_server_details_become_one_short_line() -> None:
