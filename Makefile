@@ -47,7 +47,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 schemas: $(STAMP)
-	$(BIN)/memstream schemas export schemas/json
+	$(BIN)/memstream schemas export memstream/schemas/json
 	$(BIN)/memstream schemas openapi docs/openapi.json
 
 ## bench: the full benchmark suite (< 20 min on 2 cores): BENCHMARKS.md, bench/plots/, bench/results.json

@@ -31,9 +31,9 @@ from typing import Any
 
 from bench.adversarial_inputs import adversarial_texts, per_turn_functions
 from bench.core import Context, Result, Row
-from memory.extractive import extract_memory
-from schemas import StoredTurn
-from schemas.common import MAX_TEXT_CHARS
+from memstream.memory.extractive import extract_memory
+from memstream.schemas import StoredTurn
+from memstream.schemas.common import MAX_TEXT_CHARS
 
 NAME = "adversarial_cost"
 TITLE = "## Adversarial cost (largest inputs, CPU)"

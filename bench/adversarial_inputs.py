@@ -32,16 +32,16 @@ RUN_UNITS: tuple[str, ...] = (
 PHRASE_RUNS: tuple[str, ...] = (" ", "a", "1", "a ", "1 ", ":")
 
 MEMORY_MODULES: tuple[str, ...] = (
-    "memory.cluster_describe",
-    "memory.due",
-    "memory.extractive",
-    "memory.names",
-    "memory.phrases",
-    "memory.profile",
-    "memory.promises",
-    "memory.ranking",
-    "memory.text",
-    "memory.when",
+    "memstream.memory.cluster_describe",
+    "memstream.memory.due",
+    "memstream.memory.extractive",
+    "memstream.memory.names",
+    "memstream.memory.phrases",
+    "memstream.memory.profile",
+    "memstream.memory.promises",
+    "memstream.memory.ranking",
+    "memstream.memory.text",
+    "memstream.memory.when",
 )
 
 # ``\\s`` (with its quantifier) joins two words of a phrase; any other escape (``\\w``,
@@ -157,14 +157,14 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
     """The text functions of memory/ that run on every turn (``decide_event`` and the stored
     turn), on every sentence of a consolidation (states, promises, due times), or on every
     query (speaker names, "latest"), by name: each takes the one text."""
-    from memory.cluster_describe import terms_of
-    from memory.due import parse_due
-    from memory.lexical import tokens_of
-    from memory.names import names_in
-    from memory.phrases import action_family, find_state, is_commitment, norm
-    from memory.promises import promise_sentence, reports_done
-    from memory.ranking import _named_speakers, asks_for_latest, strip_names
-    from memory.text import (
+    from memstream.memory.cluster_describe import terms_of
+    from memstream.memory.due import parse_due
+    from memstream.memory.lexical import tokens_of
+    from memstream.memory.names import names_in
+    from memstream.memory.phrases import action_family, find_state, is_commitment, norm
+    from memstream.memory.promises import promise_sentence, reports_done
+    from memstream.memory.ranking import _named_speakers, asks_for_latest, strip_names
+    from memstream.memory.text import (
         extract_entities,
         is_remember_request,
         is_salient,
@@ -172,7 +172,7 @@ def per_turn_functions() -> dict[str, Callable[[str], object]]:
         phrase_keys,
         tokenize,
     )
-    from memory.when import annotate_times
+    from memstream.memory.when import annotate_times
 
     return {
         "is_salient": is_salient,

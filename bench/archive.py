@@ -36,15 +36,15 @@ from prometheus_client import CollectorRegistry
 from bench.core import Context, Result
 from bench.retrieval_data import queries, summary, unit_rows
 from memstream.metrics import Metrics
+from memstream.rpc.retrieval import QueryEncoder, Retriever, exemplars_of
+from memstream.schemas import RetrieveRequest, StoredTurn
 from memstream.settings import DEMO_TENANT, Settings
-from rpc.retrieval import QueryEncoder, Retriever, exemplars_of
-from schemas import RetrieveRequest, StoredTurn
-from stores.embedded import EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.longterm import ArchivedTurn
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState, UserUpdate
-from stores.turn_index import TurnIndex
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.longterm import ArchivedTurn
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.turn_index import TurnIndex
 
 NAME = "archive"
 T0 = datetime(2023, 1, 2, 9, 0, tzinfo=UTC)

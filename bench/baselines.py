@@ -34,8 +34,8 @@ from bench.locomo import (
     format_turn,
     score_ranking,
 )
-from memory.text import tokenize
-from stores.encoder import OnnxEncoder
+from memstream.memory.text import tokenize
+from memstream.stores.encoder import OnnxEncoder
 
 Retriever = Literal["BM25", "dense", "hybrid"]
 RRF_K = 60

@@ -21,11 +21,11 @@ import numpy as np
 from bench import locomo
 from bench.cs_phrases import Half
 from bench.cs_stream import generate
-from memory.chatter import Prototypes, judge
-from memory.text import is_small_talk
-from memory.vectors import FloatArray
+from memstream.memory.chatter import Prototypes, judge
+from memstream.memory.text import is_small_talk
+from memstream.memory.vectors import FloatArray
 from memstream.settings import Settings
-from stores.encoder import OnnxEncoder
+from memstream.stores.encoder import OnnxEncoder
 
 CUSTOMERS = 60
 SEED = 7

@@ -30,15 +30,15 @@ import numpy.typing as npt
 
 from bench import locomo, synthetic
 from bench.core import Context, Result, Row
-from memory.cluster_describe import terms_of
-from memory.cluster_maintenance import Joining, open_cluster
-from memory.cluster_state import ClusterParams, ClusterState, Member
-from memory.clustering import MemoryIn, step, vectors_needed
-from memory.hierarchy import hierarchical_search
-from memory.vectors import normalize
+from memstream.memory.cluster_describe import terms_of
+from memstream.memory.cluster_maintenance import Joining, open_cluster
+from memstream.memory.cluster_state import ClusterParams, ClusterState, Member
+from memstream.memory.clustering import MemoryIn, step, vectors_needed
+from memstream.memory.hierarchy import hierarchical_search
+from memstream.memory.vectors import normalize
 from memstream.settings import Settings
-from stores.codecs import cluster_from_bytes, cluster_to_bytes, engine_to_bytes
-from stores.encoder import OnnxEncoder
+from memstream.stores.codecs import cluster_from_bytes, cluster_to_bytes, engine_to_bytes
+from memstream.stores.encoder import OnnxEncoder
 
 NAME = "clustering"
 TITLE = "## Clustering (CLAG engine)"

@@ -38,11 +38,11 @@ from bench.core import Context, Result, Row
 from bench.locomo import Question, Scores, Turn
 from bench.quality import CONCURRENCY, _ask, _select
 from bench.services import Memstream, Samples, services, wait_until
-from memory.turns import stored_turn
+from memstream.memory.turns import stored_turn
 from memstream.ops.replay import replay_file
 from memstream.settings import LLMSettings
-from stores.embedded import free_port
-from stores.llm import OpenAICompatibleConsolidator
+from memstream.stores.embedded import free_port
+from memstream.stores.llm import OpenAICompatibleConsolidator
 
 NAME = "consolidators"
 TITLE = "## Consolidators: recurrence vs eager, extractive vs a local LLM (LoCoMo-dev)"

@@ -43,13 +43,13 @@ from tokenizers import Tokenizer
 from bench import locomo
 from bench.core import Context, Result, Row
 from bench.services import Memstream, Samples, services, wait_until
-from memory.consolidation import consolidate_extractive
+from memstream.memory.consolidation import consolidate_extractive
 from memstream.ops.replay import replay_file
+from memstream.schemas import ConsolidatedMemory, MemoryContent, RetrieveResponse, StoredTurn
 from memstream.settings import Settings
-from schemas import ConsolidatedMemory, MemoryContent, RetrieveResponse, StoredTurn
-from stores.broker import bootstrap_servers
-from stores.encoder import DEFAULT_TOKENIZER_PATH
-from stores.llm import build_messages
+from memstream.stores.broker import bootstrap_servers
+from memstream.stores.encoder import DEFAULT_TOKENIZER_PATH
+from memstream.stores.llm import build_messages
 
 NAME = "cost"
 REPO = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.baselines import BM25
 from bench.cs_stream import VALUE_KINDS, Probe, norm
-from memory.text import tokenize
+from memstream.memory.text import tokenize
 
 DAY_HEADING = re.compile(r"^\[\d{1,2} [A-Z][a-z]{2} \d{4}\]$")
 _DAY_PREFIX = re.compile(r"^\[\d{1,2} [A-Za-z]{3} \d{4}\]\s*")

@@ -42,13 +42,13 @@ import httpx
 from aiokafka import AIOKafkaProducer
 
 from memstream.settings import DEMO_API_KEY
+from memstream.stores.broker import bootstrap_servers
+from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from reliability.audit import User, by_user, count_written, snapshot
 from reliability.cluster import Deployment, read_topic
 from reliability.cluster_faults import ClusterDeployment
 from reliability.pipeline import replay, run_pipeline, stream_file
 from reliability.progress import Fault
-from stores.broker import bootstrap_servers
-from stores.embedded import EmbeddedBroker, EmbeddedRedis
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- delivery:begin -->", "<!-- delivery:end -->"

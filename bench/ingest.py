@@ -46,8 +46,8 @@ from bench.services import Memstream, Samples, Services, busy_since, cpu_seconds
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import replay_file
 from memstream.settings import Settings
-from stores.encoder import OnnxEncoder
-from stores.redis_state import user_tag
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.redis_state import user_tag
 
 NAME = "ingest"
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from memory.text import tokenize
-from schemas import EventMetadata, InteractionEvent
+from memstream.memory.text import tokenize
+from memstream.schemas import EventMetadata, InteractionEvent
 
 DATA_DIR = "locomo-dev"
 CONVERSATIONS: tuple[str, ...] = ("conv-26", "conv-30")

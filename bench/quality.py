@@ -23,12 +23,12 @@ from bench.baselines import BASELINES, rank_all, score_baselines
 from bench.core import Context, Result, Row
 from bench.locomo import Question, Scores, Turn
 from bench.services import Memstream, services, wait_until
-from memory.ranking import RankingParams
+from memstream.memory.ranking import RankingParams
 from memstream.ops.replay import replay_file
+from memstream.schemas import RetrieveResponse
 from memstream.settings import DEMO_TENANT, Settings
-from schemas import RetrieveResponse
-from stores.encoder import OnnxEncoder
-from stores.redis_state import RedisState
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.redis_state import RedisState
 
 NAME = "quality"
 TOP_K = locomo.TOP_K

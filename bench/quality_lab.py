@@ -31,14 +31,13 @@ from prometheus_client import CollectorRegistry
 
 from bench import locomo
 from bench.locomo import Question, Scores
-from memory.cluster_state import Cluster
-from memory.lexical import LexicalIndex
-from memory.ranking import RankingParams
-from memory.turns import stored_turn
+from memstream.memory.cluster_state import Cluster
+from memstream.memory.lexical import LexicalIndex
+from memstream.memory.ranking import RankingParams
+from memstream.memory.turns import stored_turn
 from memstream.metrics import Metrics
-from memstream.settings import DEMO_TENANT, Settings
-from rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, exemplars_of
-from schemas import (
+from memstream.rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, exemplars_of
+from memstream.schemas import (
     ConsolidatedMemory,
     InteractionEvent,
     RetrievedItem,
@@ -46,10 +45,11 @@ from schemas import (
     RetrieveResponse,
     StoredTurn,
 )
-from stores.encoder import OnnxEncoder
-from stores.longterm import LongTermStore, ScoredMemory
-from stores.redis_state import RedisState, TurnWithVector
-from stores.turn_index import UserTurns, index_turn
+from memstream.settings import DEMO_TENANT, Settings
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.longterm import LongTermStore, ScoredMemory
+from memstream.stores.redis_state import RedisState, TurnWithVector
+from memstream.stores.turn_index import UserTurns, index_turn
 
 MODES: tuple[ShortTermMode, ...] = get_args(ShortTermMode)
 TOP_K = locomo.TOP_K

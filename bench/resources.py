@@ -35,11 +35,11 @@ from bench.resources_report import markdown
 from bench.services import MIB, Memstream, RssSampler, Samples, rss_breakdown, services
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import replay_file
+from memstream.schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
 from memstream.settings import QdrantSettings
+from memstream.stores.longterm import memory_point_id
+from memstream.stores.redis_state import RedisState, UserUpdate
 from memstream.wiring import open_longterm
-from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
-from stores.longterm import memory_point_id
-from stores.redis_state import RedisState, UserUpdate
 
 NAME = "resources"
 log = logging.getLogger(__name__)

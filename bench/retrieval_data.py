@@ -26,13 +26,13 @@ import numpy.typing as npt
 import psutil  # type: ignore[import-untyped]  # no stubs in the venv
 
 from bench.services import busy_since, cpu_seconds
+from memstream.schemas import ConsolidatedMemory, StoredTurn
+from memstream.schemas.memories import Fact, OpenAction, TimelineEntry
 from memstream.settings import Settings
-from schemas import ConsolidatedMemory, StoredTurn
-from schemas.memories import Fact, OpenAction, TimelineEntry
-from stores.encoder import OnnxEncoder, default_runners
-from stores.longterm import MEMORY_JSON_FIELD, memory_point_id
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState, UserUpdate
+from memstream.stores.encoder import OnnxEncoder, default_runners
+from memstream.stores.longterm import MEMORY_JSON_FIELD, memory_point_id
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState, UserUpdate
 
 DIM = 384
 COLLECTION_DIR = Path("qdrant") / Settings().qdrant.collection  # where `memstream serve` looks

@@ -49,7 +49,7 @@ from bench.retrieval_load import (
 )
 from bench.services import services
 from memstream.settings import DEMO_TENANT, Settings
-from stores.redis_state import RedisState
+from memstream.stores.redis_state import RedisState
 
 NAME = "retrieval_latency"
 TURNS_PER_USER = 500  # the RPC's default short-term candidate cap: the worst case

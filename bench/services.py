@@ -26,7 +26,7 @@ import psutil
 from memstream import launch
 from memstream.ops.replay import handled_events, unsettled_work
 from memstream.settings import DEMO_API_KEY, Settings
-from stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
+from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
 MIB = 1024 * 1024
 TASKSET = "taskset"  # util-linux: pins a command to cores before it runs

@@ -41,7 +41,7 @@ def _settings(port: int | None = None) -> Settings:
     import pydantic
     from pydantic_settings import SettingsError
 
-    from schemas.common import tenant_problem
+    from memstream.schemas.common import tenant_problem
 
     try:
         settings = Settings()
@@ -69,7 +69,7 @@ def _found_stack(settings: Settings) -> Settings:
     none is configured (``memstream up`` records them in ``stack.lock``), saying so."""
     if settings.kafka.broker and settings.redis.url:
         return settings
-    from stores.embedded import running_stack
+    from memstream.stores.embedded import running_stack
 
     found = running_stack(settings.data_dir)
     if found is None:
@@ -399,7 +399,7 @@ def search(
     ] = False,
 ) -> None:
     """Ask a running memstream for a user's memories: the items, or the assembled context."""
-    from rpc.client import MemoryClient
+    from memstream.rpc.client import MemoryClient
 
     with _service_errors(url), MemoryClient(url, api_key) as client:
         answer = client.retrieve(user, query, budget_tokens=budget)
@@ -428,7 +428,7 @@ def forget(
     A tombstone keeps replays from bringing the user back; a replay run with
     ``--restore-forgotten`` lifts it.
     """
-    from rpc.client import MemoryClient
+    from memstream.rpc.client import MemoryClient
 
     with _service_errors(url), MemoryClient(url, api_key) as client:
         gone = client.forget(user)
@@ -446,7 +446,7 @@ def _service_errors(url: str) -> Iterator[None]:
     import httpx
     import pydantic
 
-    from rpc.client import MemstreamError, detail_text
+    from memstream.rpc.client import MemstreamError, detail_text
 
     try:
         yield
@@ -504,11 +504,11 @@ def top(
 @schemas_cli.command("export")
 def export_schemas(
     out: Annotated[Path, typer.Argument(help="Folder for the JSON Schema files.")] = Path(
-        "schemas/json"
+        "memstream/schemas/json"
     ),
 ) -> None:
     """Write one JSON Schema file per topic value and RPC body (for bots in other languages)."""
-    import schemas
+    from memstream import schemas
 
     out.mkdir(parents=True, exist_ok=True)
     for name in schemas.__all__:
@@ -527,7 +527,7 @@ def export_openapi(
     ),
 ) -> None:
     """Write the RPC's OpenAPI document (the one ``GET /openapi.json`` serves)."""
-    from rpc.openapi import write
+    from memstream.rpc.openapi import write
 
     console.print(f"wrote {write(out)}")
 

@@ -31,13 +31,13 @@ from memstream.settings import (
     RecurrenceSettings,
     Settings,
 )
-from stores.redis_client import sync_redis
+from memstream.stores.redis_client import sync_redis
 
 if TYPE_CHECKING:
-    from rpc.server import ApiDeps
-    from stores.longterm import LongTermStore
-    from stores.short_term import ShortTermState
-    from stores.text_encoder import TextEncoder
+    from memstream.rpc.server import ApiDeps
+    from memstream.stores.longterm import LongTermStore
+    from memstream.stores.short_term import ShortTermState
+    from memstream.stores.text_encoder import TextEncoder
 
 log = logging.getLogger("memstream.generations")
 
@@ -187,9 +187,9 @@ class GenerationFollower:
         )
         if (generation.name if generation else "") == self.current.kafka.generation:
             return False
+        from memstream.rpc.retrieval import QueryEncoder
+        from memstream.stores.encoder import OnnxEncoder
         from memstream.wiring import open_longterm, open_state
-        from rpc.retrieval import QueryEncoder
-        from stores.encoder import OnnxEncoder
 
         target = apply_generation(self.base, generation)
         encoder = self._encoders.get(target.encoder)

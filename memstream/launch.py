@@ -29,7 +29,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from memstream.settings import ENV_NESTED, ENV_PREFIX, NOT_SETTINGS_ENV, Settings
-from stores.embedded import free_port
+from memstream.stores.embedded import free_port
 
 if TYPE_CHECKING:  # wiring pulls in faust and every layer; a launcher needs only the names
     from memstream.wiring import Role

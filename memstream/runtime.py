@@ -23,7 +23,10 @@ from memstream.generations import GenerationFollower, with_active_generation
 from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
+from memstream.rpc.serving import make_server, start_api, stop_api
 from memstream.settings import Settings
+from memstream.stores.broker import on_start
+from memstream.stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
 from memstream.wiring import (
     Dependencies,
     LongTermOpener,
@@ -33,9 +36,6 @@ from memstream.wiring import (
     ingest_groups,
     open_longterm,
 )
-from rpc.serving import make_server, start_api, stop_api
-from stores.broker import on_start
-from stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
 
 log = logging.getLogger("memstream")
 
@@ -307,8 +307,8 @@ async def serve_standalone(settings: Settings) -> None:
 
 
 async def _serve_alone(settings: Settings) -> None:
+    from memstream.stores.encoder import OnnxEncoder
     from memstream.wiring import open_state
-    from stores.encoder import OnnxEncoder
 
     base, settings = settings, with_active_generation(settings, settings.redis.url)
     metrics = Metrics()

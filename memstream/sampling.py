@@ -16,11 +16,11 @@ import faust
 from faust.types import TP
 
 from memstream.metrics import Metrics
-from schemas.identity import parse_user_key
-from stores.broker import every
-from stores.llm import Consolidator
-from stores.longterm import LongTermStore
-from stores.redis_state import RedisState
+from memstream.schemas.identity import parse_user_key
+from memstream.stores.broker import every
+from memstream.stores.llm import Consolidator
+from memstream.stores.longterm import LongTermStore
+from memstream.stores.redis_state import RedisState
 
 log = logging.getLogger("memstream.sampling")
 

@@ -22,10 +22,10 @@ import faust
 import numpy as np
 from pydantic import BaseModel
 
-from memory.clustering import ClusterParams
-from memory.links import LinkParams
-from memory.recurrence import RecurrenceParams
-from memory.strength import StrengthParams
+from memstream.memory.clustering import ClusterParams
+from memstream.memory.links import LinkParams
+from memstream.memory.recurrence import RecurrenceParams
+from memstream.memory.strength import StrengthParams
 from memstream.metrics import Metrics
 from memstream.sampling import register_samplers
 from memstream.settings import (
@@ -35,20 +35,20 @@ from memstream.settings import (
     RecurrenceSettings,
     Settings,
 )
-from stores.broker import Topics, create_app, create_topics, on_start
-from stores.embedded import EmbeddedBroker, EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.llm import Consolidator, consolidator_from_settings
-from stores.longterm import LongTermStore
-from stores.redis_state import RedisState
-from streams.control import register_control
-from streams.encode import register_encode
-from streams.memorize import Memorizer, register_memorize
-from workers.archive import ArchiveWorker, register_archive
-from workers.consolidate import ConsolidationWorker, register_consolidate
-from workers.locks import UserLocks
-from workers.reminders import ReminderWorker, register_reminders
-from workers.strength import StrengthWorker, register_strength
+from memstream.stores.broker import Topics, create_app, create_topics, on_start
+from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.llm import Consolidator, consolidator_from_settings
+from memstream.stores.longterm import LongTermStore
+from memstream.stores.redis_state import RedisState
+from memstream.streams.control import register_control
+from memstream.streams.encode import register_encode
+from memstream.streams.memorize import Memorizer, register_memorize
+from memstream.workers.archive import ArchiveWorker, register_archive
+from memstream.workers.consolidate import ConsolidationWorker, register_consolidate
+from memstream.workers.locks import UserLocks
+from memstream.workers.reminders import ReminderWorker, register_reminders
+from memstream.workers.strength import StrengthWorker, register_strength
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -69,10 +69,10 @@ def open_longterm(settings: QdrantSettings, data_dir: Path) -> LongTermStore:
     """The configured backend; nothing is opened until the first call on it."""
     # Imported here so a process only loads the engine it uses.
     if settings.backend == "edge":
-        from stores.qdrant_edge_store import QdrantEdgeStore
+        from memstream.stores.qdrant_edge_store import QdrantEdgeStore
 
         return QdrantEdgeStore(Path(data_dir) / "qdrant" / settings.collection)
-    from stores.qdrant_client_store import QdrantClientStore
+    from memstream.stores.qdrant_client_store import QdrantClientStore
 
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
     return QdrantClientStore(settings.url, settings.collection, api_key=api_key)

@@ -37,10 +37,10 @@ from typing import Any
 
 import httpx
 
+from memstream.schemas.common import MAX_TEXT_CHARS
+from memstream.schemas.rpc import MAX_BATCH_EVENTS
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, service
-from schemas.common import MAX_TEXT_CHARS
-from schemas.rpc import MAX_BATCH_EVENTS
 
 NAME = "adversarial"
 VICTIM, ATTACKER = "globex", "acme"

@@ -23,10 +23,10 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from memstream.settings import QdrantSettings
+from memstream.stores.longterm import memory_point_id
+from memstream.stores.redis_state import user_tag
 from memstream.wiring import open_longterm
 from reliability.cluster import Deployment, read_topic
-from stores.longterm import memory_point_id
-from stores.redis_state import user_tag
 
 User = tuple[str, str]
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import httpx
 
+from memstream.schemas.identity import user_key
+from memstream.stores.broker import EventPublisher
+from memstream.stores.stage import MAX_ORIGINAL_CHARS, cut
 from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, client, service
-from schemas.identity import user_key
-from stores.broker import EventPublisher
-from stores.stage import MAX_ORIGINAL_CHARS, cut
 
 NAME = "bad_input"
 USER = "bad-input-user"

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 
+from memstream.rpc.client import AsyncMemoryClient, MemstreamError
+from memstream.schemas import EventIn
 from reliability.audit import read_turns
 from reliability.cluster import Deployment
 from reliability.core import Context, Row
 from reliability.shared import API_KEYS, KEY_OF
-from rpc.client import AsyncMemoryClient, MemstreamError
-from schemas import EventIn
 
 NAME = "burst"
 BOUND = 300  # rpc.ingest_max_lag of this deployment: a few seconds of the pipeline's work

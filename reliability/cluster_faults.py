@@ -28,18 +28,18 @@ from typing import Any
 from redis.asyncio import Redis
 
 from memstream.launch import merge_overrides
-from reliability.cluster import ROLES, Deployment
-from reliability.core import Context, Row
-from reliability.pipeline import faults_label, run_pipeline, stream_file
-from reliability.progress import Fault
-from stores.real_clusters import (
+from memstream.stores.real_clusters import (
     ClusterService,
     cluster_settings,
     kafka_cluster,
     redis_cluster,
     redis_primary,
 )
-from stores.redis_client import async_redis
+from memstream.stores.redis_client import async_redis
+from reliability.cluster import ROLES, Deployment
+from reliability.core import Context, Row
+from reliability.pipeline import faults_label, run_pipeline, stream_file
+from reliability.progress import Fault
 
 NAME = "cluster_faults"
 ROLES.setdefault("stream-2", frozenset({"process"}))  # a second worker of the same consumer group

@@ -27,9 +27,9 @@ import httpx
 
 from memstream.launch import ALL_ROLES, Process, child_pids, defaults, wait_for
 from memstream.settings import DEMO_API_KEY, Settings
+from memstream.stores.embedded import free_port
 from memstream.wiring import open_state
 from reliability.core import Context, Row
-from stores.embedded import free_port
 
 NAME = "intake"
 BATCH = 20

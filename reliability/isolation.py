@@ -24,12 +24,12 @@ from urllib.parse import quote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memstream.schemas.identity import user_key
+from memstream.stores.redis_state import user_tag
 from reliability.audit import User, by_user, wait_settled
 from reliability.cluster import Deployment
 from reliability.core import Context, Row
 from reliability.shared import API_KEYS, client, service
-from schemas.identity import user_key
-from stores.redis_state import user_tag
 
 NAME = "isolation"
 TENANTS = sorted(API_KEYS.values())

@@ -18,9 +18,9 @@ import time
 
 import httpx
 
+from memstream.rpc.client import MAX_RETRY_AFTER_S, retry_delay
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, service
-from rpc.client import MAX_RETRY_AFTER_S, retry_delay
 
 NAME = "load"
 _SHED_HINTS = {"retry-after", "retry-after-ms"}

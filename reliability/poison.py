@@ -13,11 +13,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memstream.stores.broker import EventPublisher
 from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row
 from reliability.shared import service
-from stores.broker import EventPublisher
 
 NAME = "poison"
 USER = "poison-user"

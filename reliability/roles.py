@@ -28,8 +28,8 @@ from memstream.launch import parse_roles
 from memstream.logs import logging_config
 from memstream.runtime import run_process
 from memstream.settings import QdrantSettings, Settings
+from memstream.stores.longterm import LongTermStore
 from memstream.wiring import LongTermOpener, open_longterm
-from stores.longterm import LongTermStore
 
 ENTRY = "reliability.roles"
 QDRANT_DOWN_ENV = "RELIABILITY_QDRANT_DOWN_FILE"

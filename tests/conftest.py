@@ -18,8 +18,13 @@ from typing import Any
 import pytest
 
 from memstream.settings import Settings
-from stores.embedded import EmbeddedBroker, EmbeddedRedis
-from stores.real_clusters import cluster_environment, kafka_cluster, on_clusters, redis_cluster
+from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
+from memstream.stores.real_clusters import (
+    cluster_environment,
+    kafka_cluster,
+    on_clusters,
+    redis_cluster,
+)
 
 ON_CLUSTERS = on_clusters()
 if ON_CLUSTERS:  # every Settings made here, and every child process, gets them

@@ -20,10 +20,10 @@ from memstream.ops.replay import (
     replay_file,
     wait_until_settled,
 )
+from memstream.rpc.client import MemoryClient
 from memstream.runtime import RunningProcess
+from memstream.schemas import RetrieveResponse
 from memstream.settings import DEMO_API_KEY
-from rpc.client import MemoryClient
-from schemas import RetrieveResponse
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SAMPLE_STREAM = EXAMPLES / "sample_stream.jsonl"

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from rich.progress import Progress
 
 from memstream.metrics import Metrics
-from schemas.identity import parse_user_key, user_key
-from stores.broker import EventPublisher
-from stores.redis_state import RedisState
+from memstream.schemas.identity import parse_user_key, user_key
+from memstream.stores.broker import EventPublisher
+from memstream.stores.redis_state import RedisState
 
 
 def message_key(line: bytes) -> str:

@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import handled_events
+from memstream.schemas import InteractionEvent
 from memstream.settings import QdrantSettings, Settings
-from schemas import InteractionEvent
-from stores.broker import bootstrap_servers
-from stores.real_clusters import on_clusters
+from memstream.stores.broker import bootstrap_servers
+from memstream.stores.real_clusters import on_clusters
 from tests.integration.process import MemstreamProcess, with_free_port
 from tests.integration.test_rebuild import (
     finish,

@@ -19,10 +19,10 @@ from typing import Protocol
 
 import pytest
 
+from memstream.schemas import ConsolidatedMemory, DeadLetter
 from memstream.settings import DEMO_TENANT
-from schemas import ConsolidatedMemory, DeadLetter
-from stores.broker import bootstrap_servers
-from stores.real_clusters import on_clusters
+from memstream.stores.broker import bootstrap_servers
+from memstream.stores.real_clusters import on_clusters
 from tests.integration.process import MemstreamProcess, wait_for
 from tests.integration.test_foreign_client import event, produce, read_until
 

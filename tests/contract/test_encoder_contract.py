@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from memstream.settings import EncoderSettings
-from stores.encoder import OnnxEncoder
-from stores.fakes import HashEncoder
-from stores.text_encoder import TextEncoder
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.fakes import HashEncoder
+from memstream.stores.text_encoder import TextEncoder
 
 TEXTS = [
     "Where is my order A-10293?",

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from schemas import StoredTurn
-from stores.embedded import EmbeddedRedis
-from stores.redis_state import RedisState, UserRead, UserUpdate, user_tag
+from memstream.schemas import StoredTurn
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.redis_state import RedisState, UserRead, UserUpdate, user_tag
 
 
 async def test_the_heard_set_never_expires_and_a_forget_removes_it(

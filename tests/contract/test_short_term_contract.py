@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memory.clustering import ClusterParams, ClusterState, MemoryIn, StepResult, step
-from memory.recurrence import KeyState, TurnSignal
-from schemas import StoredTurn
-from stores.embedded import EmbeddedRedis
-from stores.fakes import FakeShortTermState
-from stores.redis_state import RedisState, UserRead, UserUpdate, UserWrite, snapshot_after
-from stores.short_term import ShortTermState
+from memstream.memory.clustering import ClusterParams, ClusterState, MemoryIn, StepResult, step
+from memstream.memory.recurrence import KeyState, TurnSignal
+from memstream.schemas import StoredTurn
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.redis_state import RedisState, UserRead, UserUpdate, UserWrite, snapshot_after
+from memstream.stores.short_term import ShortTermState
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DIM = 8

@@ -19,15 +19,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
+from memstream.rpc.client import AsyncMemoryClient
+from memstream.rpc.retrieval import QueryEncoder, Retriever
+from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
-from rpc.client import AsyncMemoryClient
-from rpc.retrieval import QueryEncoder, Retriever
-from rpc.server import ApiDeps, create_api
-from stores.broker import EventPublisher
-from stores.embedded import EmbeddedBroker, EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState
+from memstream.stores.broker import EventPublisher
+from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState
 
 pytestmark = pytest.mark.integration
 HEADERS = {"Authorization": f"Bearer {DEMO_API_KEY}"}

@@ -23,16 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from memory.clustering import ClusterParams
-from memory.recurrence import RecurrenceParams
-from memory.text import extract_entities
+from memstream.memory.clustering import ClusterParams
+from memstream.memory.recurrence import RecurrenceParams
+from memstream.memory.text import extract_entities
 from memstream.metrics import Metrics
-from memstream.settings import Settings, hash_api_key
-from rpc.client import AsyncMemoryClient, MemstreamError
-from rpc.feedback import FeedbackSink
-from rpc.retrieval import QueryEncoder, Retriever
-from rpc.server import ApiDeps, create_api
-from schemas import (
+from memstream.rpc.client import AsyncMemoryClient, MemstreamError
+from memstream.rpc.feedback import FeedbackSink
+from memstream.rpc.retrieval import QueryEncoder, Retriever
+from memstream.rpc.server import ApiDeps, create_api
+from memstream.schemas import (
     ConsolidatedMemory,
     Control,
     EncodedEvent,
@@ -41,14 +40,15 @@ from schemas import (
     InteractionEvent,
     StoredTurn,
 )
-from stores.broker import EventPublisher, bootstrap_servers
-from stores.embedded import EmbeddedBroker, EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.longterm import ArchivedTurn, memory_point_id
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState, UserUpdate
-from stores.stage import Received
-from streams.memorize import Decision, Memorizer
+from memstream.settings import Settings, hash_api_key
+from memstream.stores.broker import EventPublisher, bootstrap_servers
+from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.longterm import ArchivedTurn, memory_point_id
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.stage import Received
+from memstream.streams.memorize import Decision, Memorizer
 
 pytestmark = pytest.mark.integration
 

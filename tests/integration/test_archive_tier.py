@@ -18,15 +18,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from memstream.schemas import EncodedEvent, InteractionEvent
 from memstream.settings import DEMO_TENANT, Settings
-from schemas import EncodedEvent, InteractionEvent
-from stores.embedded import EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.longterm import ArchivedTurn
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.longterm import ArchivedTurn
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState
+from memstream.workers.archive import ArchiveWorker
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
-from workers.archive import ArchiveWorker
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner, Result
 
 from memstream.cli import cli
 from memstream.settings import DEMO_API_KEY, Settings, hash_api_key
-from stores.embedded import free_port
+from memstream.stores.embedded import free_port
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -21,21 +21,27 @@ import numpy as np
 import pytest
 
 from bench import synthetic
-from memory.cluster_describe import terms_of
-from memory.cluster_state import Cluster
-from memory.clustering import ClusterState, MemoryIn, step, vectors_needed, with_descriptions
-from memory.hot_tier import evictions
-from memory.text import is_remember_request
-from memory.vectors import normalize
+from memstream.memory.cluster_describe import terms_of
+from memstream.memory.cluster_state import Cluster
+from memstream.memory.clustering import (
+    ClusterState,
+    MemoryIn,
+    step,
+    vectors_needed,
+    with_descriptions,
+)
+from memstream.memory.hot_tier import evictions
+from memstream.memory.text import is_remember_request
+from memstream.memory.vectors import normalize
 from memstream.ops.replay import replay_file
+from memstream.schemas import EncodedEvent, StoredTurn
 from memstream.settings import Settings
+from memstream.stores.codecs import cluster_to_bytes, engine_from_bytes, engine_to_bytes
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.redis_state import RedisState, UserUpdate
 from memstream.wiring import cluster_params, description_encoder
 from reliability.cluster import read_topic
-from schemas import EncodedEvent, StoredTurn
-from stores.codecs import cluster_to_bytes, engine_from_bytes, engine_to_bytes
-from stores.embedded import EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.redis_state import RedisState, UserUpdate
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memstream.rpc.client import MemoryClient
+from memstream.schemas import RetrieveResponse
+from memstream.schemas.rpc import EventIn
 from memstream.settings import DEMO_API_KEY
-from rpc.client import MemoryClient
-from schemas import RetrieveResponse
-from schemas.rpc import EventIn
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -20,11 +20,11 @@ import pytest
 from memstream.launch import ALL_ROLES, ROLE_SETS, Process, on_free_port, wait_for
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import CountFn, handled_events, replay_file, unsettled_work
+from memstream.schemas import StoredTurn
 from memstream.settings import Settings
+from memstream.stores.redis_client import sync_redis
+from memstream.stores.redis_state import RedisState, user_tag
 from memstream.wiring import open_longterm
-from schemas import StoredTurn
-from stores.redis_client import sync_redis
-from stores.redis_state import RedisState, user_tag
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from qdrant_edge import Point, UpdateOperation
 
-from stores.longterm import DECAY_FIELD, MEMORY_JSON_FIELD, to_payload
-from stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.longterm import DECAY_FIELD, MEMORY_JSON_FIELD, to_payload
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
 from tests.integration.test_longterm_contract import DIM, memory_factory, unit_vectors
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import stores.qdrant_edge_store
-from stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores import qdrant_edge_store
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
 from tests.integration.test_longterm_contract import DIM, memory_factory, unit_vectors
 
 
 async def test_reads_see_every_write_and_stay_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stores.qdrant_edge_store, "PARSED_MEMORIES", 8)
+    monkeypatch.setattr(qdrant_edge_store, "PARSED_MEMORIES", 8)
     store = QdrantEdgeStore(tmp_path / "shard")
     await store.ensure_collection(DIM)
     try:

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import stores.qdrant_edge_store
-from schemas import ConsolidatedMemory
-from stores.longterm import ScoredMemory
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.vector_cache import UserVectors, VectorCache
+from memstream.schemas import ConsolidatedMemory
+from memstream.stores import qdrant_edge_store
+from memstream.stores.longterm import ScoredMemory
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.vector_cache import UserVectors, VectorCache
 from tests.integration.test_longterm_contract import DIM, memory_factory, unit_vectors
 
 Pairs = list[tuple[ConsolidatedMemory, np.ndarray]]
@@ -48,7 +48,7 @@ def _same(cached: list[ScoredMemory], edge: list[ScoredMemory]) -> None:
 @pytest.fixture(autouse=True)
 def cache_small_users(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests cache users of a few memories (the default leaves them to Edge)."""
-    monkeypatch.setattr(stores.qdrant_edge_store, "CACHE_MIN_POINTS", 1)
+    monkeypatch.setattr(qdrant_edge_store, "CACHE_MIN_POINTS", 1)
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ async def test_no_other_owners_memory_ever_comes_back(store: QdrantEdgeStore) ->
 async def test_a_load_that_saw_a_write_is_not_kept(
     store: QdrantEdgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stores.qdrant_edge_store, "VECTOR_PAGE", 4)  # a load of many pages
+    monkeypatch.setattr(qdrant_edge_store, "VECTOR_PAGE", 4)  # a load of many pages
     rng = np.random.default_rng(4)
     await store.upsert(_memories("acme", "u1", 40, rng))
     query = unit_vectors(rng, 1)[0]
@@ -272,7 +272,7 @@ def test_vector_cache_top_and_tokens() -> None:
 async def test_small_users_are_left_to_edge_until_they_grow(
     store: QdrantEdgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stores.qdrant_edge_store, "CACHE_MIN_POINTS", 20)
+    monkeypatch.setattr(qdrant_edge_store, "CACHE_MIN_POINTS", 20)
     rng = np.random.default_rng(6)
     await store.upsert(_memories("acme", "u1", 15, rng))
     query = unit_vectors(rng, 1)[0]

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from tokenizers import Encoding
 
-import stores.encoder
 from bench.generate import generate_events
 from memstream.settings import EncoderSettings
-from stores.encoder import DEFAULT_TOKENIZER_PATH, EncoderError, FloatArray, OnnxEncoder
+from memstream.stores import encoder as encoder_module
+from memstream.stores.encoder import DEFAULT_TOKENIZER_PATH, EncoderError, FloatArray, OnnxEncoder
 
 ORDER = "Where is my order A-10293?"
 PARAPHRASE = "Has my package A-10293 shipped yet?"
@@ -233,7 +233,7 @@ def test_a_failed_run_raises_in_its_callers_and_the_service_goes_on(
 
 
 def test_the_runner_thread_exits_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stores.encoder, "_RUNNER_IDLE_S", 0.05)
+    monkeypatch.setattr(encoder_module, "_RUNNER_IDLE_S", 0.05)
     enc = OnnxEncoder.from_settings(EncoderSettings(runners=2))
     enc.encode([f"text {i}" for i in range(40)])  # runs for both runners
     runners = list(enc._runner_threads)

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from memstream.schemas import ConsolidatedMemory, DeadLetter
 from memstream.settings import DEMO_TENANT
-from schemas import ConsolidatedMemory, DeadLetter
-from stores.broker import bootstrap_servers
+from memstream.stores.broker import bootstrap_servers
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -21,11 +21,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from memory.consolidation import consolidate_extractive
+from memstream.memory.consolidation import consolidate_extractive
 from memstream.metrics import LLM_FALLBACK_REASONS, Metrics
+from memstream.schemas import ConsolidatedMemory, MemoryContent, StoredTurn
 from memstream.settings import LLMSettings
-from schemas import ConsolidatedMemory, MemoryContent, StoredTurn
-from stores.llm import (
+from memstream.stores.llm import (
     ExtractiveConsolidator,
     FallbackReason,
     LLMError,

@@ -21,13 +21,13 @@ import pytest
 import xllamacpp
 from prometheus_client import CollectorRegistry
 
-from memory.consolidation import consolidate_extractive, merge_memory
+from memstream.memory.consolidation import consolidate_extractive, merge_memory
 from memstream.metrics import Metrics
+from memstream.schemas import MemoryContent, StoredTurn
 from memstream.settings import LLMSettings
-from schemas import MemoryContent, StoredTurn
-from stores.embedded import free_port
-from stores.llm import OpenAICompatibleConsolidator, consolidator_from_settings
-from stores.longterm import memory_point_id
+from memstream.stores.embedded import free_port
+from memstream.stores.llm import OpenAICompatibleConsolidator, consolidator_from_settings
+from memstream.stores.longterm import memory_point_id
 
 pytestmark = pytest.mark.integration
 

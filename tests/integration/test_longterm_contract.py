@@ -18,9 +18,7 @@ import pytest
 from qdrant_client import models
 from qdrant_edge import Point, UpdateOperation
 
-from memstream.settings import QdrantSettings
-from memstream.wiring import open_longterm
-from schemas.memories import (
+from memstream.schemas.memories import (
     ConsolidatedMemory,
     Fact,
     HistoryEntry,
@@ -28,7 +26,8 @@ from schemas.memories import (
     StoredTurn,
     TimelineEntry,
 )
-from stores.longterm import (
+from memstream.settings import QdrantSettings
+from memstream.stores.longterm import (
     DERIVED_FIELDS,
     ArchivedTurn,
     LongTermStore,
@@ -37,8 +36,9 @@ from stores.longterm import (
     to_payload,
     turn_point_id,
 )
-from stores.qdrant_client_store import QdrantClientStore
-from stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.qdrant_client_store import QdrantClientStore
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.wiring import open_longterm
 
 DIM = 16
 BACKENDS = ["edge", "client"]

@@ -14,17 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.links import LinkParams
-from memory.strength import StrengthParams
-from schemas import ConsolidatedMemory, Feedback, OpenAction, Reminder, StoredTurn
-from stores.embedded import EmbeddedRedis
-from stores.longterm import memory_point_id
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState, UserUpdate
-from workers.consolidate import ConsolidationWorker
-from workers.locks import UserLocks
-from workers.reminders import ReminderWorker
-from workers.strength import StrengthWorker, feedback_id
+from memstream.memory.links import LinkParams
+from memstream.memory.strength import StrengthParams
+from memstream.schemas import ConsolidatedMemory, Feedback, OpenAction, Reminder, StoredTurn
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.longterm import memory_point_id
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.workers.consolidate import ConsolidationWorker
+from memstream.workers.locks import UserLocks
+from memstream.workers.reminders import ReminderWorker
+from memstream.workers.strength import StrengthWorker, feedback_id
 
 pytestmark = pytest.mark.integration
 

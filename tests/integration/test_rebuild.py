@@ -26,9 +26,9 @@ from memstream.ops.demo import DEMO_QUESTIONS, SAMPLE_STREAM
 from memstream.ops.rebuild import log_end
 from memstream.ops.replay import CountFn, handled_events, replay_file, unsettled_work
 from memstream.settings import QdrantSettings, Settings
+from memstream.stores.redis_client import sync_redis
+from memstream.stores.redis_state import RedisState
 from memstream.wiring import open_longterm
-from stores.redis_client import sync_redis
-from stores.redis_state import RedisState
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]

@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memstream.schemas import ConsolidatedMemory, Feedback, InteractionEvent
 from memstream.settings import Settings
-from schemas import ConsolidatedMemory, Feedback, InteractionEvent
-from stores.broker import EventPublisher
+from memstream.stores.broker import EventPublisher
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from schemas import StoredTurn
-from stores import redis_state
-from stores.embedded import EmbeddedRedis
-from stores.redis_state import DAY_S, RedisState, UserUpdate, UserWrite, user_tag
+from memstream.schemas import StoredTurn
+from memstream.stores import redis_state
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.redis_state import DAY_S, RedisState, UserUpdate, UserWrite, user_tag
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT = "acme"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from stores.embedded import EmbeddedRedis
-from stores.redis_client import TimedReadConnection, async_redis
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.redis_client import TimedReadConnection, async_redis
 
 TIMEOUT_S = 0.3
 

@@ -12,11 +12,11 @@ import pytest
 from bench.services import Samples
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import replay_file, unsettled_work
+from memstream.schemas import InteractionEvent
 from memstream.settings import Settings
+from memstream.stores.redis_client import sync_redis
+from memstream.stores.redis_state import user_tag
 from memstream.wiring import open_longterm
-from schemas import InteractionEvent
-from stores.redis_client import sync_redis
-from stores.redis_state import user_tag
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
 pytestmark = pytest.mark.integration

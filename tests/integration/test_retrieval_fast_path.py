@@ -20,15 +20,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
+from memstream.rpc.retrieval import QueryEncoder, Retriever
+from memstream.schemas import ConsolidatedMemory, RetrieveRequest, StoredTurn
 from memstream.settings import EncoderSettings, Settings
-from rpc.retrieval import QueryEncoder, Retriever
-from schemas import ConsolidatedMemory, RetrieveRequest, StoredTurn
-from stores.embedded import EmbeddedRedis
-from stores.encoder import OnnxEncoder
-from stores.longterm import ArchivedTurn, memory_point_id
-from stores.qdrant_edge_store import QdrantEdgeStore
-from stores.redis_state import RedisState, UserUpdate
-from stores.text_encoder import TokenCounter
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.encoder import OnnxEncoder
+from memstream.stores.longterm import ArchivedTurn, memory_point_id
+from memstream.stores.qdrant_edge_store import QdrantEdgeStore
+from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.text_encoder import TokenCounter
 
 pytestmark = pytest.mark.integration
 

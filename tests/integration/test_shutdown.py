@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from memstream.settings import DEMO_API_KEY
-from stores.embedded import free_port
+from memstream.stores.embedded import free_port
 from tests.integration.process import wait_for
 from tests.integration.stack import Stack, alive
 

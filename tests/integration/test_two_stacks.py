@@ -14,7 +14,7 @@ import pytest
 
 from memstream.launch import defaults, process_env
 from memstream.settings import DEMO_API_KEY
-from stores.embedded import DataDirLock, EmbeddedRedis, ServiceConflict, free_port
+from memstream.stores.embedded import DataDirLock, EmbeddedRedis, ServiceConflict, free_port
 from tests.integration.process import wait_for
 from tests.integration.stack import ROOT, Stack, alive
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import redis
 
-from stores.embedded import EmbeddedRedis
+from memstream.stores.embedded import EmbeddedRedis
 
 
 def test_restarted_valkey_survives_its_old_server_object(tmp_path: Path) -> None:

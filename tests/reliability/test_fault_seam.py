@@ -12,11 +12,11 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from memstream.metrics import Metrics
 from memstream.settings import QdrantSettings, Settings
+from memstream.stores.embedded import free_port
+from memstream.stores.longterm import LongTermStore
+from memstream.stores.stage import is_outage
 from memstream.wiring import Dependencies, Stack
 from reliability.roles import SwitchableLongTerm, switchable_opener
-from stores.embedded import free_port
-from stores.longterm import LongTermStore
-from stores.stage import is_outage
 
 
 async def test_the_opened_store_is_down_while_the_file_exists(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from qdrant_client import AsyncQdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memstream.metrics import Metrics
-from stores.embedded import free_port
-from stores.stage import is_outage, with_retries
+from memstream.stores.embedded import free_port
+from memstream.stores.stage import is_outage, with_retries
 
 
 def retries(metrics: Metrics, stage: str, kind: str) -> float:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from stores.embedded import EmbeddedRedis
-from stores.redis_state import RedisState
+from memstream.stores.embedded import EmbeddedRedis
+from memstream.stores.redis_state import RedisState
 
 
 @pytest.fixture

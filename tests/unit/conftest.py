@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from stores.longterm import LongTermStore
+from memstream.stores.longterm import LongTermStore
 from tests.unit.over_fakes import memory_store
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from schemas import StoredTurn
-from stores.fakes import FakeShortTermState, HashEncoder
-from stores.longterm import LongTermStore
-from stores.qdrant_client_store import QdrantClientStore
-from stores.redis_state import UserUpdate
+from memstream.schemas import StoredTurn
+from memstream.stores.fakes import FakeShortTermState, HashEncoder
+from memstream.stores.longterm import LongTermStore
+from memstream.stores.qdrant_client_store import QdrantClientStore
+from memstream.stores.redis_state import UserUpdate
 
 ENCODER = HashEncoder(dim=64)
 

@@ -33,8 +33,8 @@ def test_forty_customers_give_two_to_three_thousand_events(streams: dict[str, Cs
 
 
 def test_events_have_the_shape_post_v1_events_takes(streams: dict[str, CsStream]) -> None:
-    from schemas.events import InteractionEvent
-    from schemas.rpc import EventIn
+    from memstream.schemas.events import InteractionEvent
+    from memstream.schemas.rpc import EventIn
 
     for e in streams["A"].events[:50]:
         InteractionEvent.model_validate(e)

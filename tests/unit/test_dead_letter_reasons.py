@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from memstream.metrics import Metrics
-from schemas import DeadLetter, InteractionEvent
-from stores.stage import MAX_ORIGINAL_CHARS, DeadLetters, cut, describe_invalid
+from memstream.schemas import DeadLetter, InteractionEvent
+from memstream.stores.stage import MAX_ORIGINAL_CHARS, DeadLetters, cut, describe_invalid
 
 
 def reason_for(value: bytes) -> str:

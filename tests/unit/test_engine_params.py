@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from memory.clustering import ClusterParams
-from memory.links import LinkParams
-from memory.recurrence import RecurrenceParams
-from memory.strength import StrengthParams
+from memstream.memory.clustering import ClusterParams
+from memstream.memory.links import LinkParams
+from memstream.memory.recurrence import RecurrenceParams
+from memstream.memory.strength import StrengthParams
 from memstream.settings import ClusterSettings, RecurrenceSettings, Settings, _Section
 from memstream.wiring import (
     cluster_params,

@@ -11,11 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from schemas import InteractionEvent
-from schemas.common import MAX_TENANT_CHARS, MAX_USER_ID_CHARS, normal_user_id, tenant_problem
-from schemas.identity import key_problem, parse_user_key, scoped, user_key
-from stores.longterm import memory_point_id, turn_point_id
-from stores.redis_state import user_tag
+from memstream.schemas import InteractionEvent
+from memstream.schemas.common import (
+    MAX_TENANT_CHARS,
+    MAX_USER_ID_CHARS,
+    normal_user_id,
+    tenant_problem,
+)
+from memstream.schemas.identity import key_problem, parse_user_key, scoped, user_key
+from memstream.stores.longterm import memory_point_id, turn_point_id
+from memstream.stores.redis_state import user_tag
 
 TS = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 

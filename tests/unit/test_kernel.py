@@ -9,9 +9,9 @@ import sys
 from typing import get_args
 
 from memstream.metrics import TRIGGER_REASONS
-from schemas.memories import TriggerReason
+from memstream.schemas.memories import TriggerReason
 
-PROJECT = ("schemas", "memory", "stores", "streams", "workers", "rpc", "bench", "reliability")
+PROJECT = ("bench", "reliability")  # the product itself is memstream.*
 KERNEL = ("memstream", "memstream.logs", "memstream.metrics", "memstream.settings")
 
 

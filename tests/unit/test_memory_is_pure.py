@@ -1,4 +1,5 @@
-"""``memory/`` is the pure science package: stdlib, numpy and the ``schemas`` contracts only."""
+"""``memstream.memory`` is the pure science package: stdlib, numpy and the ``memstream.schemas``
+contracts only."""
 
 from __future__ import annotations
 
@@ -6,20 +7,26 @@ import ast
 import sys
 from pathlib import Path
 
-MEMORY = Path(__file__).resolve().parents[2] / "memory"
-ALLOWED_ROOTS = set(sys.stdlib_module_names) | {"numpy", "schemas", "memory"}
+MEMORY = Path(__file__).resolve().parents[2] / "memstream" / "memory"
+ALLOWED_ROOTS = set(sys.stdlib_module_names) | {"numpy", "memstream.schemas", "memstream.memory"}
+
+
+def _root(module: str) -> str:
+    """A third-party package by its top name; memstream's own by its package (two names)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "memstream" else parts[0]
 
 
 def imported_roots(source: str) -> set[str]:
     roots: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            roots.update(_root(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level == 1:  # "from . import x" stays inside memory/
                 continue
             # "from .. import x" climbs out of memory/: report it as such.
-            roots.add(".." if node.level else (node.module or "").split(".")[0])
+            roots.add(".." if node.level else _root(node.module or ""))
     return roots
 
 
@@ -38,6 +45,6 @@ def test_memory_imports_only_stdlib_numpy_and_schemas() -> None:
 def test_the_checker_sees_imports() -> None:
     source = (
         "import os\nimport redis.asyncio\nfrom qdrant_client import X\nfrom . import y\n"
-        "from ..stores import z\n"
+        "from ..stores import z\nfrom memstream.stores.fakes import w\n"
     )
-    assert imported_roots(source) == {"os", "redis", "qdrant_client", ".."}
+    assert imported_roots(source) == {"os", "redis", "qdrant_client", "..", "memstream.stores"}

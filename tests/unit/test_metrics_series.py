@@ -28,12 +28,12 @@ from memstream.metrics import (
     Metrics,
 )
 from memstream.ops.top import Scrape, heading, http_rates, quantile, render
+from memstream.rpc.server import ApiDeps, create_api
 from memstream.sampling import LagSampler, is_internal_topic
 from memstream.settings import Settings
-from rpc.server import ApiDeps, create_api
-from stores.encoder import EncoderStats
-from streams import control, encode, memorize
-from workers import archive, consolidate, reminders, strength
+from memstream.stores.encoder import EncoderStats
+from memstream.streams import control, encode, memorize
+from memstream.workers import archive, consolidate, reminders, strength
 
 
 def samples(metrics: Metrics) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

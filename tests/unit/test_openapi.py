@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rpc.openapi import COMMITTED, openapi_document, render
+from memstream.rpc.openapi import COMMITTED, openapi_document, render
 
 
 def test_committed_openapi_document_is_current() -> None:

@@ -9,10 +9,10 @@ import pytest
 
 from memstream.cli import banner
 from memstream.ops.replay import forgotten_hint
+from memstream.rpc.client import MemstreamError, detail_text
 from memstream.runtime import Backlog
 from memstream.settings import DEMO_API_KEY, Settings, hash_api_key
-from rpc.client import MemstreamError, detail_text
-from stores.embedded import DataDirBusy, DataDirLock, running_stack
+from memstream.stores.embedded import DataDirBusy, DataDirLock, running_stack
 
 
 def test_a_held_data_folder_names_its_owner_and_frees_on_release(tmp_path: Path) -> None:

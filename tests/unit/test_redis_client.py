@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from stores.redis_client import _seeds, _with_host, async_redis, is_cluster_url
+from memstream.stores.redis_client import _seeds, _with_host, async_redis, is_cluster_url
 
 
 def test_the_scheme_selects_the_cluster_client() -> None:

@@ -10,16 +10,16 @@ from typing import Any, cast
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from memory.lexical import LexicalIndex
-from memory.ranking import Candidate, RankingParams
+from memstream.memory.lexical import LexicalIndex
+from memstream.memory.ranking import Candidate, RankingParams
 from memstream.metrics import Metrics
-from rpc.retrieval import QueryEncoder, Retriever
-from schemas import ConsolidatedMemory, Fact, RetrieveRequest, StoredTurn
-from stores.longterm import LongTermStore, ScoredMemory
-from stores.redis_state import TurnWithVector
-from stores.short_term import ShortTermState
-from stores.text_encoder import TextEncoder
-from stores.turn_index import UserTurns, index_turn
+from memstream.rpc.retrieval import QueryEncoder, Retriever
+from memstream.schemas import ConsolidatedMemory, Fact, RetrieveRequest, StoredTurn
+from memstream.stores.longterm import LongTermStore, ScoredMemory
+from memstream.stores.redis_state import TurnWithVector
+from memstream.stores.short_term import ShortTermState
+from memstream.stores.text_encoder import TextEncoder
+from memstream.stores.turn_index import UserTurns, index_turn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # an old conversation: years before the clock

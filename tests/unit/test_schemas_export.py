@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-import schemas
+from memstream import schemas
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "json"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "memstream" / "schemas" / "json"
 MODELS = [
     getattr(schemas, name)
     for name in schemas.__all__

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
-from schemas import DeadLetter, Feedback
-from stores.stage import DECODED_MEMO, Outcome, Received, Stage, periodic, validated
+from memstream.schemas import DeadLetter, Feedback
+from memstream.stores.stage import DECODED_MEMO, Outcome, Received, Stage, periodic, validated
 from tests.unit.test_dead_letter_reasons import FakeTopic
 
 

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
-from schemas import Feedback
-from stores.stage import Received, Stage
+from memstream.schemas import Feedback
+from memstream.stores.stage import Received, Stage
 from tests.unit.streams.stage_fakes import Feed
 from tests.unit.test_dead_letter_reasons import FakeTopic
 from tests.unit.test_stage import feedback, value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memory.acts import DESCRIPTIONS, MEANT_ACTS, NO_ACT, ActPrototypes, acts_meant
+from memstream.memory.acts import DESCRIPTIONS, MEANT_ACTS, NO_ACT, ActPrototypes, acts_meant
 
 
 def _prototypes() -> ActPrototypes:

@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from memory.acts import acts_meant
-from memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
-from memory.lexical import LexicalIndex, lexical_text, tokens_of
-from memory.names import Names, names_of
-from memory.profile import attributes_of
-from memory.ranking import Candidate, RankingParams, turn_text
-from memory.turns import promises, reports_something_done, said_as, says_something
-from schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
+from memstream.memory.acts import acts_meant
+from memstream.memory.candidates import KEY_MATCH_RELEVANCE, score_candidates
+from memstream.memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memstream.memory.names import Names, names_of
+from memstream.memory.profile import attributes_of
+from memstream.memory.ranking import Candidate, RankingParams, turn_text
+from memstream.memory.turns import promises, reports_something_done, said_as, says_something
+from memstream.schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memory.memorize import canned_phrases, scripted_phrases
-from memory.text import phrase_keys
-from schemas import InteractionEvent
+from memstream.memory.memorize import canned_phrases, scripted_phrases
+from memstream.memory.text import phrase_keys
+from memstream.schemas import InteractionEvent
 
 LINE = "Your parcel 123 is on its way. Anything else I can check for you today?"
 

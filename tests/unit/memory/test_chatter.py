@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from memory.chatter import (
+from memstream.memory.chatter import (
     CHATTER,
     CONTENT,
     MIN_COSINE,
@@ -18,7 +18,7 @@ from memory.chatter import (
     judge,
     structural_veto,
 )
-from memory.vectors import FloatArray, normalize
+from memstream.memory.vectors import FloatArray, normalize
 
 # --- structure ------------------------------------------------------------------------------
 
@@ -115,7 +115,7 @@ def test_build_embeds_every_exemplar_once_in_order() -> None:
 def test_with_the_real_encoder() -> None:
     pytest.importorskip("onnxruntime")
     from memstream.settings import Settings
-    from stores.encoder import OnnxEncoder
+    from memstream.stores.encoder import OnnxEncoder
 
     encoder = OnnxEncoder.from_settings(Settings().encoder)
     protos = Prototypes.build(encoder.encode)

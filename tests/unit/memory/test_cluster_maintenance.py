@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.cluster_describe import document_frequency, keywords, terms_of
-from memory.cluster_maintenance import Joining, maintain, merge_pair, open_cluster, split
-from memory.cluster_state import Cluster, ClusterParams, ClusterState, Member
-from memory.clustering import MemoryIn, step
-from memory.vectors import FloatArray, normalize
+from memstream.memory.cluster_describe import document_frequency, keywords, terms_of
+from memstream.memory.cluster_maintenance import Joining, maintain, merge_pair, open_cluster, split
+from memstream.memory.cluster_state import Cluster, ClusterParams, ClusterState, Member
+from memstream.memory.clustering import MemoryIn, step
+from memstream.memory.vectors import FloatArray, normalize
 
 PARAMS = ClusterParams(merge_threshold=0.75, create_threshold=0.65, create_threshold_min=0.5)
 DAY = 86_400.0

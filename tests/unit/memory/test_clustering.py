@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.clustering import (
+from memstream.memory.clustering import (
     MIN_WEIGHT,
     NEW,
     ClusterParams,
@@ -24,7 +24,7 @@ from memory.clustering import (
     step,
     vectors_needed,
 )
-from memory.vectors import FloatArray, normalize
+from memstream.memory.vectors import FloatArray, normalize
 
 # CLAG's thresholds (round numbers for the geometry); buffer 8, maintenance every 20.
 PARAMS = ClusterParams(merge_threshold=0.75, create_threshold=0.65, create_threshold_min=0.5)

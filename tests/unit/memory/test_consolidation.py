@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.consolidation import consolidate_extractive, merge_memory, parse_due
-from schemas import ConsolidatedMemory, Fact, MemoryContent, OpenAction, StoredTurn
+from memstream.memory.consolidation import consolidate_extractive, merge_memory, parse_due
+from memstream.schemas import ConsolidatedMemory, Fact, MemoryContent, OpenAction, StoredTurn
 
 KEY = "entity:order:A10293"
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)  # a Monday

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from memory.consolidation import reinforced
-from memory.consolidation_jobs import Job, job_of, new_evidence, pays_for_llm, user_queues
-from schemas import ConsolidatedMemory, RecurrenceTrigger
+from memstream.memory.consolidation import reinforced
+from memstream.memory.consolidation_jobs import Job, job_of, new_evidence, pays_for_llm, user_queues
+from memstream.schemas import ConsolidatedMemory, RecurrenceTrigger
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 KEY = "entity:order:A-10293"

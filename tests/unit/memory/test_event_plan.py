@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from memory.clustering import ClusterParams, ClusterState
-from memory.memorize import EventPlan, decide_event, memory_in, trigger_id
-from memory.recurrence import KeyState, RecurrenceParams, TriggerSpec, TurnSignal
-from memory.text import phrase_keys
-from memory.vectors import normalize
-from schemas import EventMetadata, InteractionEvent
+from memstream.memory.clustering import ClusterParams, ClusterState
+from memstream.memory.memorize import EventPlan, decide_event, memory_in, trigger_id
+from memstream.memory.recurrence import KeyState, RecurrenceParams, TriggerSpec, TurnSignal
+from memstream.memory.text import phrase_keys
+from memstream.memory.vectors import normalize
+from memstream.schemas import EventMetadata, InteractionEvent
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 CLUSTERS = ClusterParams()

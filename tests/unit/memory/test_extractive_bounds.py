@@ -22,12 +22,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.adversarial_cost import sample_turns
-from memory import extractive
-from memory.consolidation import extract_memory
-from memory.due import parse_due
-from memory.phrases import action_family, clip, moot, norm, resolves
-from schemas import OpenAction, StoredTurn
-from stores.llm import ExtractiveConsolidator
+from memstream.memory import extractive
+from memstream.memory.consolidation import extract_memory
+from memstream.memory.due import parse_due
+from memstream.memory.phrases import action_family, clip, moot, norm, resolves
+from memstream.schemas import OpenAction, StoredTurn
+from memstream.stores.llm import ExtractiveConsolidator
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 KEY = "entity:order:A-10293"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memory.formulaic import formulaic, line_key
+from memstream.memory.formulaic import formulaic, line_key
 
 
 def rows(*values: int) -> np.ndarray:

@@ -7,15 +7,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from memory.cluster_maintenance import Joining, open_cluster
-from memory.cluster_state import Cluster, Member
-from memory.hierarchy import (
+from memstream.memory.cluster_maintenance import Joining, open_cluster
+from memstream.memory.cluster_state import Cluster, Member
+from memstream.memory.hierarchy import (
     HierarchyHit,
     expand_in_clusters,
     hierarchical_search,
     rank_clusters,
 )
-from memory.vectors import FloatArray, normalize
+from memstream.memory.vectors import FloatArray, normalize
 
 DIM = 6
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.hot_tier import cutoff, evictions, prefix_needed
+from memstream.memory.hot_tier import cutoff, evictions, prefix_needed
 
 DAY = 86_400.0
 

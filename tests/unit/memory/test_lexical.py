@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.baselines import BM25
-from memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memstream.memory.lexical import LexicalIndex, lexical_text, tokens_of
 
 WORDS = ["parcel", "refund", "order", "a-10293", "late", "caroline", "paint", "lake", "退款"]
 _doc = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8)

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench import adversarial_inputs as adversarial
-from schemas.common import MAX_TEXT_CHARS
+from memstream.schemas.common import MAX_TEXT_CHARS
 
 CALL_BUDGET_S = 0.300
 TRIES = 3
@@ -90,16 +90,18 @@ def _describe(text: str) -> str:
 
 def test_patterns_are_collected() -> None:
     names = set(PATTERNS)
-    assert "memory.text._AGENT_FRAME" in names
-    assert "memory.due._ZH_RELATIVE" in names
-    assert any(name.startswith("memory.phrases._STATES[") for name in names)  # inside tuples
+    assert "memstream.memory.text._AGENT_FRAME" in names
+    assert "memstream.memory.due._ZH_RELATIVE" in names
+    assert any(
+        name.startswith("memstream.memory.phrases._STATES[") for name in names
+    )  # inside tuples
     assert len(PATTERNS) >= 60
 
 
 def test_literal_phrases_reach_the_repeated_part() -> None:
-    phrases = adversarial.literal_phrases(PATTERNS["memory.text._AGENT_FRAME"])
+    phrases = adversarial.literal_phrases(PATTERNS["memstream.memory.text._AGENT_FRAME"])
     assert {"welcome to", "this is", "my name is"} <= set(phrases)
-    assert "订单" in adversarial.literal_phrases(PATTERNS["memory.text._ORDER_ZH_RE"])
+    assert "订单" in adversarial.literal_phrases(PATTERNS["memstream.memory.text._ORDER_ZH_RE"])
 
 
 def test_adversarial_texts_are_deterministic_and_at_the_limit() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memory.links import LinkParams, entity_keys, linked, related_ids
-from schemas import ConsolidatedMemory
+from memstream.memory.links import LinkParams, entity_keys, linked, related_ids
+from memstream.schemas import ConsolidatedMemory
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 PARAMS = LinkParams(similarity=0.8, max_links=3)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from memory.consolidation import consolidate_extractive, merge_memory
-from memory.render import memory_text
-from schemas import ConsolidatedMemory, StoredTurn
+from memstream.memory.consolidation import consolidate_extractive, merge_memory
+from memstream.memory.render import memory_text
+from memstream.schemas import ConsolidatedMemory, StoredTurn
 
 CASES: list[dict[str, Any]] = json.loads(
     (Path(__file__).resolve().parents[3] / "examples" / "memory_cases.json").read_text()

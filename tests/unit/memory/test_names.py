@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory.lexical import LexicalIndex, tokens_of
-from memory.names import key_names, keys_named, named_rows, names_in, names_of
-from schemas import StoredTurn
+from memstream.memory.lexical import LexicalIndex, tokens_of
+from memstream.memory.names import key_names, keys_named, named_rows, names_in, names_of
+from memstream.schemas import StoredTurn
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.phrases import action_family, find_state, is_commitment, moot, resolves
+from memstream.memory.phrases import action_family, find_state, is_commitment, moot, resolves
 
 
 @pytest.mark.parametrize(

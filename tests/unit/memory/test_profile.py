@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from memory.profile import (
+from memstream.memory.profile import (
     ATTRIBUTES,
     NEWEST,
     NO_ATTRIBUTE,
@@ -16,8 +16,8 @@ from memory.profile import (
     attributes_of,
     lift_attributes,
 )
-from memory.text import extract_entities
-from schemas import StoredTurn
+from memstream.memory.text import extract_entities
+from memstream.schemas import StoredTurn
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 DELIVERY, CONTACT = ATTRIBUTES.index("delivery"), ATTRIBUTES.index("contact")

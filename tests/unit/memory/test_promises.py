@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from bench import adversarial_inputs as adversarial
-from memory import promises
-from memory.acts import MEANT_ACTS, NO_ACT
-from memory.promises import fulfilment, is_promise, promise_sentence, reports_done
+from memstream.memory import promises
+from memstream.memory.acts import MEANT_ACTS, NO_ACT
+from memstream.memory.promises import fulfilment, is_promise, promise_sentence, reports_done
 
 AGENT_PROMISES = [
     "I'll arrange a collection for Friday.",
@@ -360,7 +360,7 @@ def test_a_reference_back_goes_to_the_nearer_promise_of_its_kind() -> None:
 
 # The shared linear-time test lists its modules; this module's patterns get the same check.
 @pytest.mark.parametrize(
-    ("name", "pattern"), sorted(adversarial.module_patterns(("memory.promises",)).items())
+    ("name", "pattern"), sorted(adversarial.module_patterns(("memstream.memory.promises",)).items())
 )
 def test_patterns_are_linear(name: str, pattern: re.Pattern[str]) -> None:
     for text in adversarial.pattern_texts(pattern, 8_000):

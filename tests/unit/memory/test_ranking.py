@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.ranking import (
+from memstream.memory.ranking import (
     MEMORIES_HEADER,
     TURNS_HEADER,
     Candidate,
@@ -30,7 +30,7 @@ from memory.ranking import (
     turn_line,
     turn_text,
 )
-from schemas import StoredTurn
+from memstream.schemas import StoredTurn
 
 T0 = datetime(2026, 11, 3, 14, 5, tzinfo=UTC)
 

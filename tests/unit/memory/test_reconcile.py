@@ -9,14 +9,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memory.reconcile import (
+from memstream.memory.reconcile import (
     MAX_LATEST,
     newer_conversation,
     newer_like_sources,
 )
-from memory.text import extract_entities, is_small_talk
-from memory.turns import says_something
-from schemas import StoredTurn
+from memstream.memory.text import extract_entities, is_small_talk
+from memstream.memory.turns import says_something
+from memstream.schemas import StoredTurn
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 

@@ -9,15 +9,15 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pytest
 
-from memory.recurrence import (
+from memstream.memory.recurrence import (
     Detection,
     KeyState,
     RecurrenceParams,
     TurnSignal,
     detect,
 )
-from memory.text import extract_entities
-from memory.vectors import FloatArray, normalize
+from memstream.memory.text import extract_entities
+from memstream.memory.vectors import FloatArray, normalize
 
 DAY = 86_400.0
 PARAMS = RecurrenceParams()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from memory.reminders import due_reminders, reminder_id
-from schemas import ConsolidatedMemory, OpenAction
+from memstream.memory.reminders import due_reminders, reminder_id
+from memstream.schemas import ConsolidatedMemory, OpenAction
 
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
 WEEK = timedelta(days=7)

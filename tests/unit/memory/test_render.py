@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from memory.render import memory_text
-from schemas import ConsolidatedMemory, Fact, HistoryEntry, OpenAction
+from memstream.memory.render import memory_text
+from memstream.schemas import ConsolidatedMemory, Fact, HistoryEntry, OpenAction
 
 T0 = datetime(2026, 11, 3, 14, 5, tzinfo=UTC)
 DAY = timedelta(days=1)

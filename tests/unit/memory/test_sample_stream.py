@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.consolidation import consolidate_extractive, merge_memory
-from memory.phrases import is_commitment
-from memory.recurrence import KeyState, RecurrenceParams, TurnSignal, detect
-from memory.render import memory_text
-from memory.text import extract_entities, is_remember_request, is_salient
-from schemas import ConsolidatedMemory, StoredTurn
+from memstream.memory.consolidation import consolidate_extractive, merge_memory
+from memstream.memory.phrases import is_commitment
+from memstream.memory.recurrence import KeyState, RecurrenceParams, TurnSignal, detect
+from memstream.memory.render import memory_text
+from memstream.memory.text import extract_entities, is_remember_request, is_salient
+from memstream.schemas import ConsolidatedMemory, StoredTurn
 
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sample_stream.jsonl"
 EVENTS = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]

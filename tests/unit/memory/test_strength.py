@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.strength import StrengthParams, boost_all, boosted, decayed, initial_strength
-from schemas import ConsolidatedMemory
+from memstream.memory.strength import StrengthParams, boost_all, boosted, decayed, initial_strength
+from memstream.schemas import ConsolidatedMemory
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from memory.text import (
+from memstream.memory.text import (
     extract_entities,
     is_remember_request,
     is_salient,

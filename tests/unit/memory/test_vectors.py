@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory.vectors import mean_direction, normalize
+from memstream.memory.vectors import mean_direction, normalize
 
 
 def test_the_mean_direction_is_the_unit_mean_of_its_rows() -> None:

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import adversarial_inputs as adversarial
-from memory.ranking import split_turn_text, turn_line, turn_text
-from memory.when import _PHRASE, _SHOWN, _annotated, annotate_times
-from schemas import StoredTurn
-from schemas.common import MAX_TEXT_CHARS
+from memstream.memory.ranking import split_turn_text, turn_line, turn_text
+from memstream.memory.when import _PHRASE, _SHOWN, _annotated, annotate_times
+from memstream.schemas import StoredTurn
+from memstream.schemas.common import MAX_TEXT_CHARS
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # LoCoMo's first session: Mon 8 May 2023
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rpc.admission import Admission, AdmissionParams, Ticket
+from memstream.rpc.admission import Admission, AdmissionParams, Ticket
 
 
 def fixed(limit: int, queue_ratio: float = 0.5) -> AdmissionParams:

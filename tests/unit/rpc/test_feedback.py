@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from rpc.feedback import FeedbackSink
-from schemas import Feedback
-from stores.broker import EventPublisher
+from memstream.rpc.feedback import FeedbackSink
+from memstream.schemas import Feedback
+from memstream.stores.broker import EventPublisher
 
 
 class RecordingPublisher(EventPublisher):

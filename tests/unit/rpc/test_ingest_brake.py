@@ -14,11 +14,11 @@ from fastapi import HTTPException
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
+from memstream.rpc.client import MemoryClient
+from memstream.rpc.ingest import IngestBrake, IngestGuard
+from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, RPCSettings, Settings
-from rpc.client import MemoryClient
-from rpc.ingest import IngestBrake, IngestGuard
-from rpc.server import ApiDeps, create_api
-from stores.broker import GroupLag
+from memstream.stores.broker import GroupLag
 
 
 def brake(max_lag: int = 100) -> IngestBrake:

@@ -12,11 +12,11 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
+from memstream.rpc.intake import Intake, journal_folder, settled
+from memstream.schemas import InteractionEvent, StoredTurn
 from memstream.settings import Settings
-from rpc.intake import Intake, journal_folder, settled
-from schemas import InteractionEvent, StoredTurn
-from stores.fakes import FakeShortTermState
-from stores.redis_state import UserUpdate
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.redis_state import UserUpdate
 
 TS = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from memory.ranking import RankingParams
-from memory.render import memory_text
-from memory.text import extract_entities
+from memstream.memory.ranking import RankingParams
+from memstream.memory.render import memory_text
+from memstream.memory.text import extract_entities
 from memstream.metrics import Metrics
-from rpc.retrieval import QueryEncoder, Retriever
-from schemas import (
+from memstream.rpc.retrieval import QueryEncoder, Retriever
+from memstream.schemas import (
     ConsolidatedMemory,
     Fact,
     RetrievedItem,
@@ -24,9 +24,9 @@ from schemas import (
     RetrieveResponse,
     StoredTurn,
 )
-from stores.fakes import FakeShortTermState, HashEncoder
-from stores.longterm import LongTermStore, memory_point_id
-from stores.text_encoder import FloatArray
+from memstream.stores.fakes import FakeShortTermState, HashEncoder
+from memstream.stores.longterm import LongTermStore, memory_point_id
+from memstream.stores.text_encoder import FloatArray
 from tests.unit.over_fakes import ENCODER, put_hot
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)

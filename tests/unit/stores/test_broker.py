@@ -14,8 +14,8 @@ import faust
 import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from stores import broker
-from stores.broker import (
+from memstream.stores import broker
+from memstream.stores.broker import (
     ShortFetchConsumerThread,
     Taken,
     backlogged,

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from memory.clustering import ClusterParams, ClusterState, MemoryIn, step
-from memory.recurrence import KeyState, TurnSignal
-from memory.vectors import FloatArray, normalize
-from stores.codecs import (
+from memstream.memory.clustering import ClusterParams, ClusterState, MemoryIn, step
+from memstream.memory.recurrence import KeyState, TurnSignal
+from memstream.memory.vectors import FloatArray, normalize
+from memstream.stores.codecs import (
     cluster_from_bytes,
     cluster_to_bytes,
     engine_from_bytes,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas import InteractionEvent
-from stores.journal import IntakeJournal, JournalBusy, read_segment
+from memstream.schemas import InteractionEvent
+from memstream.stores.journal import IntakeJournal, JournalBusy, read_segment
 
 
 @dataclass

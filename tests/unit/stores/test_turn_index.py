@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from memory.acts import ActPrototypes
-from memory.chatter import Prototypes
-from memory.lexical import LexicalIndex
-from memory.profile import AttributePrototypes
-from memory.turns import Exemplars
-from schemas import StoredTurn
-from stores.redis_state import TurnWithVector
-from stores.turn_index import UserTurns, index_turn
+from memstream.memory.acts import ActPrototypes
+from memstream.memory.chatter import Prototypes
+from memstream.memory.lexical import LexicalIndex
+from memstream.memory.profile import AttributePrototypes
+from memstream.memory.turns import Exemplars
+from memstream.schemas import StoredTurn
+from memstream.stores.redis_state import TurnWithVector
+from memstream.stores.turn_index import UserTurns, index_turn
 
 T0 = datetime(2023, 5, 1, tzinfo=UTC)
 

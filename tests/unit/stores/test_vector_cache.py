@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from stores.vector_cache import UserVectors
+from memstream.stores.vector_cache import UserVectors
 
 
 def _unit_rows(rng: np.random.Generator, n: int, dim: int) -> npt.NDArray[np.float32]:

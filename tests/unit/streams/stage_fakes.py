@@ -12,10 +12,10 @@ from typing import Any, Literal, cast
 from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
-from schemas import DeadLetter
-from schemas.identity import user_key
-from stores.broker import Taken
-from stores.stage import Stage
+from memstream.schemas import DeadLetter
+from memstream.schemas.identity import user_key
+from memstream.stores.broker import Taken
+from memstream.stores.stage import Stage
 
 
 class RecordingTopic:

@@ -11,10 +11,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from schemas import EncodedEvent, InteractionEvent
-from stores.fakes import HashEncoder
-from stores.text_encoder import FloatArray
-from streams.encode import STAGE, EventEncoder, encoded_json
+from memstream.schemas import EncodedEvent, InteractionEvent
+from memstream.stores.fakes import HashEncoder
+from memstream.stores.text_encoder import FloatArray
+from memstream.streams.encode import STAGE, EventEncoder, encoded_json
 from tests.unit.streams.stage_fakes import (
     ARRIVED,
     Feed,

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.clustering import ClusterParams
-from memory.recurrence import RecurrenceParams
-from schemas import EncodedEvent, EventMetadata, InteractionEvent
-from stores.fakes import FakeShortTermState
-from stores.redis_state import UserWrite
-from stores.stage import Received
-from streams.memorize import Decision, Memorizer, by_user
+from memstream.memory.clustering import ClusterParams
+from memstream.memory.recurrence import RecurrenceParams
+from memstream.schemas import EncodedEvent, EventMetadata, InteractionEvent
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.redis_state import UserWrite
+from memstream.stores.stage import Received
+from memstream.streams.memorize import Decision, Memorizer, by_user
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-import streams.memorize
-from memory.clustering import ClusterParams
-from memory.memorize import decide_event
-from memory.recurrence import RecurrenceParams
-from schemas import EncodedEvent, EventMetadata, InteractionEvent
-from stores.fakes import FakeShortTermState
-from stores.stage import Received
-from streams.memorize import Decision, Memorizer, OverBudget, Skipped
+from memstream.memory.clustering import ClusterParams
+from memstream.memory.memorize import decide_event
+from memstream.memory.recurrence import RecurrenceParams
+from memstream.schemas import EncodedEvent, EventMetadata, InteractionEvent
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.stage import Received
+from memstream.streams import memorize
+from memstream.streams.memorize import Decision, Memorizer, OverBudget, Skipped
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -170,7 +170,7 @@ async def test_a_decision_runs_off_the_event_loop_and_one_over_its_budget_is_poi
         threads.append(threading.current_thread())
         return decide_event(*args, **kwargs)
 
-    monkeypatch.setattr(streams.memorize, "decide_event", recording)
+    monkeypatch.setattr(memorize, "decide_event", recording)
     await memorize_one(m, event(0, ORDER_TALK[0]))
     assert threads
     assert threading.main_thread() not in threads  # the loop's thread stays free

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from schemas import (
+from memstream.schemas import (
     ConsolidatedMemory,
     EncodedEvent,
     InteractionEvent,
@@ -16,13 +16,13 @@ from schemas import (
     Reminder,
     StoredTurn,
 )
-from stores.fakes import FakeShortTermState
-from stores.forget import forget_user
-from stores.longterm import LongTermStore, memory_point_id
-from stores.redis_state import UserUpdate
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.forget import forget_user
+from memstream.stores.longterm import LongTermStore, memory_point_id
+from memstream.stores.redis_state import UserUpdate
+from memstream.workers.archive import ArchiveWorker
+from memstream.workers.reminders import ReminderWorker
 from tests.unit.over_fakes import ENCODER
-from workers.archive import ArchiveWorker
-from workers.reminders import ReminderWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from memory.consolidation_jobs import Job
-from memory.vectors import mean_direction
+from memstream.memory.consolidation_jobs import Job
+from memstream.memory.vectors import mean_direction
 from memstream.metrics import Metrics
-from schemas import StoredTurn
-from stores.fakes import FakeShortTermState
-from stores.llm import ExtractiveConsolidator
-from stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
+from memstream.schemas import StoredTurn
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.llm import ExtractiveConsolidator
+from memstream.stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
+from memstream.workers.consolidate import ConsolidationWorker
 from tests.unit.over_fakes import ENCODER, put_hot
-from workers.consolidate import ConsolidationWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT, USER = "acme", "u1"

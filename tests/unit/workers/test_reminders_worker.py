@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memory.reminders import due_times
-from schemas import ConsolidatedMemory, OpenAction, Reminder
-from stores.fakes import FakeShortTermState
-from stores.longterm import LongTermStore, memory_point_id
+from memstream.memory.reminders import due_times
+from memstream.schemas import ConsolidatedMemory, OpenAction, Reminder
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.longterm import LongTermStore, memory_point_id
+from memstream.workers.reminders import ReminderWorker
 from tests.unit.over_fakes import ENCODER
-from workers.reminders import ReminderWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT = "acme"

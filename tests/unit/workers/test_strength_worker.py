@@ -7,14 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.strength import StrengthParams, decayed
-from memory.turns import stored_turn
-from schemas import ConsolidatedMemory, Feedback, InteractionEvent
-from stores.fakes import FakeShortTermState
-from stores.longterm import LongTermStore, memory_point_id
+from memstream.memory.strength import StrengthParams, decayed
+from memstream.memory.turns import stored_turn
+from memstream.schemas import ConsolidatedMemory, Feedback, InteractionEvent
+from memstream.stores.fakes import FakeShortTermState
+from memstream.stores.longterm import LongTermStore, memory_point_id
+from memstream.workers.locks import UserLocks
+from memstream.workers.strength import SCAN_PAGE, StrengthWorker
 from tests.unit.over_fakes import ENCODER, put_hot
-from workers.locks import UserLocks
-from workers.strength import SCAN_PAGE, StrengthWorker
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
