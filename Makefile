@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 MEM0_VENV  := bench/out/mem0-venv
 MEM0_STAMP := $(MEM0_VENV)/.installed
 
-.PHONY: run demo test test-unit lint typecheck check schemas bench bench-quick mem0-venv reliability clean \
+.PHONY: run demo test test-unit lint typecheck check schemas client-wheel bench bench-quick mem0-venv reliability clean \
 	cluster-up cluster-down cluster-test delivery
 
 $(STAMP): pyproject.toml
@@ -29,7 +29,8 @@ demo: $(STAMP)
 	$(BIN)/memstream demo
 
 ## test: lint (with types), unit and integration tests (starts its own broker and Valkey),
-## with the product's branch coverage ([tool.coverage] in pyproject.toml: a floor, not a report)
+## with the product's branch coverage ([tool.coverage] in pyproject.toml: a floor, not a report);
+## the TypeScript client (clients/typescript: npm ci, build, type drift, lint, node --test) needs node and npm
 test: $(STAMP) lint
 	$(BIN)/pytest -q --cov --cov-report=term
 
@@ -49,6 +50,14 @@ typecheck: $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/memstream schemas export memstream/schemas/json
 	$(BIN)/memstream schemas openapi docs/openapi.json
+	# The TypeScript client's types follow the document (make test fails on drift).
+	@if command -v npm >/dev/null; then \
+		cd clients/typescript && npm ci --no-audit --no-fund --silent && npm run --silent generate; \
+	else echo "npm not found: run 'npm run generate' in clients/typescript"; fi
+
+## client-wheel: the thin Python client alone (memstream-client: httpx and pydantic only) in dist/
+client-wheel: $(STAMP)
+	$(BIN)/python clients/python/build.py dist
 
 ## bench: the full benchmark suite (< 20 min on 2 cores): BENCHMARKS.md, bench/plots/, bench/results.json
 bench: $(STAMP) $(MEM0_STAMP)
@@ -112,4 +121,4 @@ clean:
 		! flock -n .memstream/stack.lock true; then \
 		echo "a memstream is running on .memstream ($$(cat .memstream/stack.lock)): stop it first"; \
 		exit 1; fi
-	rm -rf .memstream .pytest_cache .mypy_cache .ruff_cache .coverage build dist
+	rm -rf .memstream .pytest_cache .mypy_cache .ruff_cache .coverage build dist clients/typescript/dist

@@ -30,7 +30,7 @@ from bench.cs_phrases import Half
 from bench.cs_score import NewestFirstBM25, Scored, SmallTalk, score
 from bench.cs_stream import KINDS, CsStream, Probe, generate
 from bench.services import Memstream, services, wait_until
-from memstream.rpc.client import AsyncMemoryClient
+from memstream.client import AsyncMemoryClient
 from memstream.schemas import EventIn, InteractionEvent, RetrieveRequest, RetrieveResponse
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
 from memstream.stores.encoder import OnnxEncoder

@@ -564,7 +564,7 @@ def _admission_line(u: dict[str, Any]) -> str:
         f"{_ms(many['latency'])} ms = {many['latency']['p99'] / half['latency']['p99']:.2f}x "
         f"the half-load p99 (target <= {ADMITTED_FACTOR:g}x), {many['shed']:,} refused "
         f"(answer p99 {_ms(many['shed_latency'])} ms, target <= {SHED_P99_MS:g} ms; a refused "
-        f"caller waits the `Retry-After-Ms` hint, jittered, as `rpc.client` does), goodput "
+        f"caller waits the `Retry-After-Ms` hint, jittered, as `memstream.client` does), goodput "
         f"{many['qps']:.1f}/s = {many['qps'] / peak:.2f} of the best closed loop's "
         f"(target >= {GOODPUT_SHARE:g})."
     )

@@ -9,7 +9,7 @@ Every run is bounded in time and in requests and stops by itself.
 
 A request the server's admission control refuses (503 / 429) is no error: its answer's
 latency is kept apart (``shed_ms``), and a closed-loop caller waits what ``Retry-After-Ms``
-asks, jittered up by as much as half, before its next request, as ``rpc.client`` does (a
+asks, jittered up by as much as half, before its next request, as ``memstream.client`` does (a
 caller that came back at once would only measure how fast refusals can be made).
 """
 
@@ -37,7 +37,7 @@ HISTOGRAM = "memstream_retrieval_latency_seconds"
 PHASES = ("encode", "fetch", "rank", "total")
 MAX_IN_FLIGHT = 2000  # an open loop past saturation queues; this bounds how far
 SHED_STATUSES = (429, 503)  # the admission control's refusals
-MAX_RETRY_AFTER_S = 5.0  # rpc.client's cap on a server's hint
+MAX_RETRY_AFTER_S = 5.0  # memstream.client's cap on a server's hint
 
 
 class RetrievalServer(Memstream):
@@ -168,7 +168,7 @@ class Driver:
         async def caller(deadline: float) -> None:
             while time.perf_counter() < deadline and (text := next(source, None)) is not None:
                 wait = await self.one(run, text, time.perf_counter())
-                if wait:  # refused: back after the server's hint, as rpc.client does
+                if wait:  # refused: back after the server's hint, as memstream.client does
                     await asyncio.sleep(min(wait, max(0.0, deadline - time.perf_counter())))
 
         with self._phases(run):

@@ -399,7 +399,7 @@ def search(
     ] = False,
 ) -> None:
     """Ask a running memstream for a user's memories: the items, or the assembled context."""
-    from memstream.rpc.client import MemoryClient
+    from memstream.client import MemoryClient
 
     with _service_errors(url), MemoryClient(url, api_key) as client:
         answer = client.retrieve(user, query, budget_tokens=budget)
@@ -428,7 +428,7 @@ def forget(
     A tombstone keeps replays from bringing the user back; a replay run with
     ``--restore-forgotten`` lifts it.
     """
-    from memstream.rpc.client import MemoryClient
+    from memstream.client import MemoryClient
 
     with _service_errors(url), MemoryClient(url, api_key) as client:
         gone = client.forget(user)
@@ -446,7 +446,7 @@ def _service_errors(url: str) -> Iterator[None]:
     import httpx
     import pydantic
 
-    from memstream.rpc.client import MemstreamError, detail_text
+    from memstream.client import MemstreamError, detail_text
 
     try:
         yield

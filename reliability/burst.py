@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from memstream.rpc.client import AsyncMemoryClient, MemstreamError
+from memstream.client import AsyncMemoryClient, MemstreamError
 from memstream.schemas import EventIn
 from reliability.audit import read_turns
 from reliability.cluster import Deployment

@@ -18,7 +18,7 @@ import time
 
 import httpx
 
-from memstream.rpc.client import MAX_RETRY_AFTER_S, retry_delay
+from memstream.client import MAX_RETRY_AFTER_S, retry_delay
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, service
 

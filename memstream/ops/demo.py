@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from memstream.client import MemoryClient
 from memstream.ops.replay import (
     file_users,
     forgotten_hint,
@@ -20,7 +21,6 @@ from memstream.ops.replay import (
     replay_file,
     wait_until_settled,
 )
-from memstream.rpc.client import MemoryClient
 from memstream.runtime import RunningProcess
 from memstream.schemas import RetrieveResponse
 from memstream.settings import DEMO_API_KEY

@@ -2,7 +2,7 @@
 
 A refused request is answered at once, before any of its work: 503 (``overload``) or 429
 (``tenant``) with ``Retry-After`` (whole seconds, as HTTP defines it) and ``Retry-After-Ms``
-(the precise hint, which ``rpc.client`` prefers), or 504 when its deadline passed first.
+(the precise hint, which ``memstream.client`` prefers), or 504 when its deadline passed first.
 The deadline is the caller's ``X-Request-Deadline-Ms`` header: a budget in milliseconds
 from when the server reads the request (relative, so no clock sync is needed); a queued
 request is answered 504 when its budget runs out, without being started.

@@ -10,7 +10,7 @@ the side of refusing early, never late.
 
 Past ``rpc.ingest_max_lag`` a request gets a 429 before anything of it is published: nothing
 of a refused request was accepted, so sending the same batch again (the same event ids, as
-``rpc.client`` does) is never a duplicate. ``Retry-After`` / ``Retry-After-Ms`` say how long
+``memstream.client`` does) is never a duplicate. ``Retry-After`` / ``Retry-After-Ms`` say how long
 the group, at the pace it committed over the last few seconds, takes to bring the lag back
 under the bound, within the admission hint's bounds (``rpc.admission_retry_after_*``).
 

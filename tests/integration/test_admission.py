@@ -18,8 +18,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from memstream.client import AsyncMemoryClient
 from memstream.metrics import Metrics
-from memstream.rpc.client import AsyncMemoryClient
 from memstream.rpc.retrieval import QueryEncoder, Retriever
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings

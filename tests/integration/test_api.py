@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from memstream.client import AsyncMemoryClient, MemstreamError
 from memstream.memory.clustering import ClusterParams
 from memstream.memory.recurrence import RecurrenceParams
 from memstream.memory.text import extract_entities
 from memstream.metrics import Metrics
-from memstream.rpc.client import AsyncMemoryClient, MemstreamError
 from memstream.rpc.feedback import FeedbackSink
 from memstream.rpc.retrieval import QueryEncoder, Retriever
 from memstream.rpc.server import ApiDeps, create_api

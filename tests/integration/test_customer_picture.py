@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memstream.rpc.client import MemoryClient
+from memstream.client import MemoryClient
 from memstream.schemas import RetrieveResponse
 from memstream.schemas.rpc import EventIn
 from memstream.settings import DEMO_API_KEY

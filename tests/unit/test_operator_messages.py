@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from memstream.cli import banner
+from memstream.client import MemstreamError, detail_text
 from memstream.ops.replay import forgotten_hint
-from memstream.rpc.client import MemstreamError, detail_text
 from memstream.runtime import Backlog
 from memstream.settings import DEMO_API_KEY, Settings, hash_api_key
 from memstream.stores.embedded import DataDirBusy, DataDirLock, running_stack

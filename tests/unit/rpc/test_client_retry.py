@@ -7,7 +7,7 @@ import random
 import httpx
 import pytest
 
-from memstream.rpc.client import MemoryClient, MemstreamError, retry_delay
+from memstream.client import MemoryClient, MemstreamError, retry_delay
 
 OK = {"items": [], "context": "", "context_tokens": 0, "took_ms": 1.0}
 

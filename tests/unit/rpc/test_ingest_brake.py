@@ -13,8 +13,8 @@ import pytest
 from fastapi import HTTPException
 from prometheus_client import CollectorRegistry
 
+from memstream.client import MemoryClient
 from memstream.metrics import Metrics
-from memstream.rpc.client import MemoryClient
 from memstream.rpc.ingest import IngestBrake, IngestGuard
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, RPCSettings, Settings

@@ -1,4 +1,4 @@
-"""The Python client bots import: ``MemoryClient(url, api_key).retrieve(user, query)``.
+"""``MemoryClient`` and ``AsyncMemoryClient``: the verbs, the requests, the retries.
 
 Verbs follow what people know from mem0: ``add``, ``retrieve`` (alias ``search``),
 ``memories``, ``get``, ``forget``. Results are the pydantic models the server speaks, so they
