@@ -7,7 +7,7 @@ MEM0_VENV  := bench/out/mem0-venv
 MEM0_STAMP := $(MEM0_VENV)/.installed
 
 .PHONY: run demo test test-unit lint typecheck check schemas client-wheel bench bench-quick mem0-venv reliability clean \
-	cluster-up cluster-down cluster-test delivery
+	cluster-up cluster-tools cluster-down cluster-test delivery
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,9 +83,15 @@ reliability: $(STAMP)
 
 ## cluster-up: 3 Apache Kafka 4.1 nodes (KRaft, jars from Maven Central) and a Redis Cluster
 ## (3 primaries + 3 replicas) on 127.0.0.1; needs java 17, mvn, redis-server (deploy/*/cluster.sh)
-cluster-up:
+cluster-up: cluster-tools
 	deploy/kafka/cluster.sh up
-	deploy/redis-cluster/cluster.sh up
+	deploy/redis-cluster/cluster.sh up || { deploy/kafka/cluster.sh down; exit 1; }
+
+## cluster-tools: what the clusters need, checked before anything starts
+CLUSTER_TOOLS ?= java mvn redis-server redis-cli
+cluster-tools:
+	@missing=""; for c in $(CLUSTER_TOOLS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then echo "the clusters need:$$missing (Debian: apt-get install openjdk-17-jre-headless maven redis-server redis-tools)"; exit 1; fi
 
 ## cluster-down: stop both clusters (their data stays under .memstream/cluster/)
 cluster-down:
@@ -101,10 +107,10 @@ CLUSTER_TESTS := tests/integration/test_pipeline.py tests/integration/test_repla
 
 ## cluster-test: fresh clusters; the pipeline/replay/forget/isolation/rebuild tests, tests/cluster and the
 ## cluster fault rows (reliability/cluster_faults.py) on them; clusters wiped (< 20 min on 2 cores)
-cluster-test: $(STAMP)
+cluster-test: $(STAMP) cluster-tools
 	deploy/kafka/cluster.sh wipe
 	deploy/redis-cluster/cluster.sh wipe
-	$(MAKE) cluster-up
+	$(MAKE) cluster-up || { deploy/kafka/cluster.sh wipe; deploy/redis-cluster/cluster.sh wipe; exit 1; }
 	MEMSTREAM_TEST_STACK=cluster $(BIN)/pytest -q $(CLUSTER_TESTS) \
 	  && $(BIN)/python -m reliability --quick --only cluster_faults; status=$$?; \
 	  deploy/kafka/cluster.sh wipe; deploy/redis-cluster/cluster.sh wipe; exit $$status

@@ -43,7 +43,8 @@ from memstream.stores.embedded import EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.longterm import ArchivedTurn
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
-from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
 from memstream.stores.turn_index import TurnIndex
 
 NAME = "archive"

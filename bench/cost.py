@@ -47,9 +47,9 @@ from memstream.memory.consolidation import consolidate_extractive
 from memstream.ops.replay import replay_file
 from memstream.schemas import ConsolidatedMemory, MemoryContent, RetrieveResponse, StoredTurn
 from memstream.settings import Settings
-from memstream.stores.broker import bootstrap_servers
 from memstream.stores.encoder import DEFAULT_TOKENIZER_PATH
 from memstream.stores.llm import build_messages
+from memstream.streaming.broker import bootstrap_servers
 
 NAME = "cost"
 REPO = Path(__file__).resolve().parent.parent

@@ -42,8 +42,8 @@ import httpx
 from aiokafka import AIOKafkaProducer
 
 from memstream.settings import DEMO_API_KEY
-from memstream.stores.broker import bootstrap_servers
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
+from memstream.streaming.broker import bootstrap_servers
 from reliability.audit import User, by_user, count_written, snapshot
 from reliability.cluster import Deployment, read_topic
 from reliability.cluster_faults import ClusterDeployment
@@ -309,7 +309,7 @@ def render(perfs: list[Perf], crashes: list[Crash], minutes: float, quick: bool)
         "",
         "Why `exactly_once` costs a second per hop and still duplicates: faust runs a "
         "transaction per source partition and commits it on a timer (`broker_commit_interval`, "
-        "1 s in stores/broker.py), and a `read_committed` consumer (the next stage) sees a "
+        "1 s in streaming/broker.py), and a `read_committed` consumer (the next stage) sees a "
         "hop's output only then, hence event → retrievable ≈ 1 s. The timer commits the "
         "offsets of the messages the agents have *acknowledged*, while the records they "
         "produced for a batch still in progress go into the same transaction: after a crash "

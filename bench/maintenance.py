@@ -20,13 +20,13 @@ from memstream.memory.reminders import due_reminders
 from memstream.memory.strength import StrengthParams, decayed
 from memstream.schemas import Reminder, StoredTurn
 from memstream.settings import QdrantSettings
-from memstream.stores.fakes import FakeShortTermState
 from memstream.stores.longterm import LongTermStore
-from memstream.stores.redis_state import UserUpdate
+from memstream.stores.short_term import UserUpdate
 from memstream.wiring import open_longterm
 from memstream.workers.locks import UserLocks
 from memstream.workers.reminders import SCAN_PAGE, ReminderWorker
 from memstream.workers.strength import StrengthWorker
+from tests.fakes import FakeShortTermState
 
 REMINDER_MAX_LATE = timedelta(days=7)  # maintenance.reminder_max_late_s's default
 PASSES = 3  # the median is reported; the first pass pages the shard in

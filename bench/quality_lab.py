@@ -48,7 +48,8 @@ from memstream.schemas import (
 from memstream.settings import DEMO_TENANT, Settings
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.longterm import LongTermStore, ScoredMemory
-from memstream.stores.redis_state import RedisState, TurnWithVector
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import TurnWithVector
 from memstream.stores.turn_index import UserTurns, index_turn
 
 MODES: tuple[ShortTermMode, ...] = get_args(ShortTermMode)

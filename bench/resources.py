@@ -38,7 +38,8 @@ from memstream.ops.replay import replay_file
 from memstream.schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
 from memstream.settings import QdrantSettings
 from memstream.stores.longterm import memory_point_id
-from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
 from memstream.wiring import open_longterm
 
 NAME = "resources"

@@ -32,7 +32,8 @@ from memstream.settings import Settings
 from memstream.stores.encoder import OnnxEncoder, default_runners
 from memstream.stores.longterm import MEMORY_JSON_FIELD, memory_point_id
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
-from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
 
 DIM = 384
 COLLECTION_DIR = Path("qdrant") / Settings().qdrant.collection  # where `memstream serve` looks

@@ -30,8 +30,8 @@ from bench.core import Row
 from bench.generate import write_jsonl
 from bench.services import Memstream, Services, busy_since, cpu_seconds, wait_until
 from memstream.ops.replay import message_key, replay_file
-from memstream.stores.broker import EventPublisher
 from memstream.stores.redis_state import user_tag
+from memstream.streaming.broker import EventPublisher
 
 TENANT = "demo"
 # A process on one core runs one intra-op thread: two would take turns on the core with

@@ -235,13 +235,26 @@ def demo(port: Port = None, restore_forgotten: RestoreForgotten = False) -> None
 @cli.command()
 def worker() -> None:
     """Stream processors (encode, memorize) against the configured broker and Redis."""
+    _needs_services("worker")
     _run_roles(ROLE_SETS["worker"])
 
 
 @cli.command()
 def consolidator() -> None:
     """Consolidation workers against the configured broker, Redis and Qdrant."""
+    _needs_services("consolidator")
     _run_roles(ROLE_SETS["consolidator"])
+
+
+def _needs_services(command: str) -> None:
+    """A role set joins a deployment's broker and Redis; started with neither configured it
+    refuses in one line, rather than start an embedded stack of its own nobody else uses."""
+    settings = _settings()
+    if not settings.kafka.broker or not settings.redis.url:
+        _fail(
+            f"memstream {command} joins a deployment: set MEMSTREAM_KAFKA__BROKER and "
+            "MEMSTREAM_REDIS__URL; every role on this machine is `memstream up`"
+        )
 
 
 @cli.command()

@@ -26,7 +26,7 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from memstream.stores.broker import on_start
+from memstream.streaming.broker import on_start
 
 Check = Callable[[], Awaitable[bool]]
 

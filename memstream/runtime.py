@@ -25,8 +25,8 @@ from memstream.logs import logging_config
 from memstream.metrics import Metrics
 from memstream.rpc.serving import make_server, start_api, stop_api
 from memstream.settings import Settings
-from memstream.stores.broker import on_start
 from memstream.stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
+from memstream.streaming.broker import on_start
 from memstream.wiring import (
     Dependencies,
     LongTermOpener,

@@ -17,10 +17,10 @@ from faust.types import TP
 
 from memstream.metrics import Metrics
 from memstream.schemas.identity import parse_user_key
-from memstream.stores.broker import every
 from memstream.stores.llm import Consolidator
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.redis_state import RedisState
+from memstream.streaming.broker import every
 
 log = logging.getLogger("memstream.sampling")
 

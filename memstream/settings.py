@@ -41,7 +41,7 @@ class KafkaSettings(_Section):
     broker: str = ""  # "" = embedded Tansu broker
     partitions: int = 4
     session_timeout_s: float = 3.0  # Tansu joins groups in ~half of it
-    # Tansu holds empty fetches this long (see stores/broker.py): the wait per hop while
+    # Tansu holds empty fetches this long (see streaming/broker.py): the wait per hop while
     # records flow, and (each empty fetch costs CPU) once a consumer has had none for a
     # second or while a stage has a full batch waiting.
     fetch_max_wait_ms: int = 10
@@ -308,7 +308,7 @@ class RPCSettings(_Section):
 ENV_PREFIX = "MEMSTREAM_"
 ENV_NESTED = "__"
 # MEMSTREAM_* variables that are not settings but that the project reads by name: the CLI
-# client's key, the test stack switch (stores/real_clusters.py), the bench's inputs.
+# client's key, the test stack switch (tests/real_clusters.py), the bench's inputs.
 NOT_SETTINGS_ENV = frozenset(
     {
         "MEMSTREAM_API_KEY",

@@ -35,12 +35,12 @@ from memstream.settings import (
     RecurrenceSettings,
     Settings,
 )
-from memstream.stores.broker import Topics, create_app, create_topics, on_start
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.llm import Consolidator, consolidator_from_settings
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.redis_state import RedisState
+from memstream.streaming.broker import Topics, create_app, create_topics, on_start
 from memstream.streams.control import register_control
 from memstream.streams.encode import register_encode
 from memstream.streams.memorize import Memorizer, register_memorize

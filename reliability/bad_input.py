@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 
 from memstream.schemas.identity import user_key
-from memstream.stores.broker import EventPublisher
-from memstream.stores.stage import MAX_ORIGINAL_CHARS, cut
+from memstream.streaming.broker import EventPublisher
+from memstream.streaming.stage import MAX_ORIGINAL_CHARS, cut
 from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row

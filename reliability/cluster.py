@@ -29,8 +29,8 @@ from redis.asyncio import Redis
 
 from memstream.launch import ALL_ROLES, Process, wait_for, with_overrides
 from memstream.settings import Settings, hash_api_key
-from memstream.stores.broker import bootstrap_servers
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
+from memstream.streaming.broker import bootstrap_servers
 from memstream.wiring import Role
 from reliability.roles import ENTRY, QDRANT_DOWN_ENV
 

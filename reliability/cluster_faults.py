@@ -12,7 +12,7 @@ prefix, and every fault fires when a share of the stream's turns is stored:
   group gives its partitions to the other, which re-reads from the last commits;
 - the Redis primary holding the first slot SIGKILLed: its replica is promoted after the
   cluster's node timeout, the writers retry meanwhile (a moved slot is an outage to
-  ``stores/stage``), and the old primary comes back as a replica.
+  ``streaming/stage``), and the old primary comes back as a replica.
 
 Audited from the stores like every row (reliability/audit.py): each turn stored once, each
 trigger consolidated, exactly the memories those triggers make.
@@ -28,18 +28,18 @@ from typing import Any
 from redis.asyncio import Redis
 
 from memstream.launch import merge_overrides
-from memstream.stores.real_clusters import (
+from memstream.stores.redis_client import async_redis
+from reliability.cluster import ROLES, Deployment
+from reliability.core import Context, Row
+from reliability.pipeline import faults_label, run_pipeline, stream_file
+from reliability.progress import Fault
+from tests.real_clusters import (
     ClusterService,
     cluster_settings,
     kafka_cluster,
     redis_cluster,
     redis_primary,
 )
-from memstream.stores.redis_client import async_redis
-from reliability.cluster import ROLES, Deployment
-from reliability.core import Context, Row
-from reliability.pipeline import faults_label, run_pipeline, stream_file
-from reliability.progress import Fault
 
 NAME = "cluster_faults"
 ROLES.setdefault("stream-2", frozenset({"process"}))  # a second worker of the same consumer group

@@ -2,7 +2,7 @@
 the broker; the pipeline must converge to the state an undisturbed run reaches.
 
 - Valkey is stopped for a few seconds and started again from its AOF: the processors and
-  the consolidator wait the outage out (``stores/stage.with_retries``) and go on.
+  the consolidator wait the outage out (``streaming/stage.with_retries``) and go on.
 - Qdrant, twice. Edge is an in-process engine, so Qdrant is unavailable for real exactly
   when the process that owns it is: that process (consolidator + RPC) is frozen with
   SIGSTOP, then SIGCONT. And, with no Qdrant server installable here, the suite's switch

@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memstream.stores.broker import EventPublisher
+from memstream.streaming.broker import EventPublisher
 from reliability.audit import read_turns
 from reliability.cluster import Deployment, read_topic
 from reliability.core import Context, Row
@@ -77,7 +77,7 @@ async def run(ctx: Context) -> list[Row]:
         f"poison on memstream.encoded between two good events of the same user: "
         f"dead-lettered {len(poisoned)}x by memorize (reason: {reason}); the event behind it "
         f"{'was' if after_ok else 'was NOT'} memorized {waited:.1f} s after the poison was sent"
-        " (3 tries with backoff, stores/stage.py)."
+        " (3 tries with backoff, streaming/stage.py)."
     )
     return [
         Row(

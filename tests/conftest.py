@@ -4,7 +4,7 @@ The Tansu broker keeps every record in memory, so a session gets a fresh one; te
 out of each other's way with their own topic prefix (and so their own consumer groups).
 
 ``MEMSTREAM_TEST_STACK=cluster`` runs the same tests on a 3-node Apache Kafka cluster and a
-Redis Cluster instead (``make cluster-test``; stores/real_clusters.py).
+Redis Cluster instead (``make cluster-test``; tests/real_clusters.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from memstream.settings import Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
-from memstream.stores.real_clusters import (
+from tests.real_clusters import (
     cluster_environment,
     kafka_cluster,
     on_clusters,

@@ -1,4 +1,4 @@
-"""Consolidation rules, in three pure modules; this one names them for callers.
+"""Consolidation rules, in the pure modules below; this one names them for callers.
 
 - ``memory.extractive``: ``consolidate_extractive``, the offline consolidator (no model), and
   ``extract_memory``, the same with how it was read (``Extraction.cut``: bounded work).

@@ -36,7 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from memstream.generations import Generation, activate, apply_generation, save_generation
 from memstream.ops.replay import handled_events, registry_counts, unsettled_work
 from memstream.settings import Settings
-from memstream.stores.broker import bootstrap_servers
+from memstream.streaming.broker import bootstrap_servers
 from memstream.wiring import cluster_params, recurrence_params, written_out
 
 if TYPE_CHECKING:

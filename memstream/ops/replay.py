@@ -13,8 +13,8 @@ from rich.progress import Progress
 
 from memstream.metrics import Metrics
 from memstream.schemas.identity import parse_user_key, user_key
-from memstream.stores.broker import EventPublisher
 from memstream.stores.redis_state import RedisState
+from memstream.streaming.broker import EventPublisher
 
 
 def message_key(line: bytes) -> str:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 
 from memstream.schemas import Feedback
-from memstream.stores.broker import EventPublisher
+from memstream.streaming.broker import EventPublisher
 
 log = logging.getLogger("memstream.rpc")
 LINGER_S = 0.02  # how long the drain gathers feedback after the first before publishing

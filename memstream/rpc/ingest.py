@@ -1,7 +1,7 @@
 """Backpressure on ``POST /v1/events``: a request is refused whole while the pipeline lags.
 
 The lag is the events accepted and not yet memorized: the processors' consumer-group lag on
-the events and encoded topics as the broker reports it (``stores.broker.ConsumerGroupLag``,
+the events and encoded topics as the broker reports it (``streaming.broker.ConsumerGroupLag``,
 what any Kafka tool shows a producer elsewhere), read every ``rpc.ingest_lag_interval_s``
 off the request path, plus what this process accepted since that read began, so that a
 burst between two reads counts at once. An event is counted twice for the moment between
@@ -35,7 +35,7 @@ from fastapi import HTTPException
 from memstream.metrics import Metrics
 from memstream.rpc.gate import RETRY_AFTER_MS_HEADER
 from memstream.settings import RPCSettings
-from memstream.stores.broker import GroupLag
+from memstream.streaming.broker import GroupLag
 
 log = logging.getLogger("memstream.rpc.ingest")
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from memstream.metrics import Metrics
 from memstream.schemas import InteractionEvent
 from memstream.settings import Settings
-from memstream.stores.broker import EventPublisher
 from memstream.stores.journal import IntakeJournal
 from memstream.stores.short_term import ShortTermState
+from memstream.streaming.broker import EventPublisher
 
 log = logging.getLogger("memstream.intake")
 

@@ -58,8 +58,8 @@ from memstream.schemas import (
 from memstream.schemas.common import USER_ID_RULE, UserId
 from memstream.schemas.rpc import ErrorBody, ForgetResponse, MemoryPage
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
-from memstream.stores.broker import EventPublisher
 from memstream.stores.forget import forget_user
+from memstream.streaming.broker import EventPublisher
 
 UserPath = Annotated[UserId, Path(description=f"the user's id: {USER_ID_RULE}")]
 MAX_PAGE = 200

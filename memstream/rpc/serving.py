@@ -17,10 +17,10 @@ from memstream.rpc.intake import Intake
 from memstream.rpc.retrieval import QueryEncoder, Retriever, exemplars_of
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import Settings
-from memstream.stores.broker import ConsumerGroupLag, EventPublisher
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
 from memstream.stores.text_encoder import TextEncoder
+from memstream.streaming.broker import ConsumerGroupLag, EventPublisher
 
 
 class GuestServer(uvicorn.Server):

@@ -1,7 +1,7 @@
 """The byte forms of a user's engine state in Redis: clusters, the clustering engine,
 recurrence key states and pending turns.
 
-``stores.redis_state`` writes and reads these (and ``stores.fakes`` keeps the same bytes, so
+``stores.redis_state`` writes and reads these (and ``tests.fakes`` keeps the same bytes, so
 the fake answers what Redis would). The values themselves -- ``Cluster``, ``ClusterState``,
 ``KeyState``, ``TurnSignal`` -- and every rule about them are ``memory``'s; only the layout
 of their bytes lives here. Every decoder raises ``ValueError`` on anything that is not one
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -238,3 +239,9 @@ def signal_from_bytes(b: bytes) -> TurnSignal:
         )
     except (KeyError, TypeError, struct.error, json.JSONDecodeError) as exc:
         raise ValueError(f"corrupt pending turn: {exc}") from exc
+
+
+# Clusters and pending turns are re-read for every event of a user but rarely change: decode
+# each distinct serialised value once (content-addressed, so never stale; values are frozen).
+decode_cluster = lru_cache(maxsize=16_384)(cluster_from_bytes)
+decode_signal = lru_cache(maxsize=16_384)(signal_from_bytes)

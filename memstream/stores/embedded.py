@@ -142,7 +142,8 @@ class DataDirLock:
 
     The kernel drops the lock when that process dies (the descriptor is close-on-exec, so
     no child keeps it), so a stale file never blocks; the file's content (pid, URL) only
-    serves the message of the process that could not take it.
+    serves the message of the process that could not take it. A clean release removes the
+    file (while still holding it), so a stopped stack leaves nothing behind.
     """
 
     data_dir: Path
@@ -155,17 +156,25 @@ class DataDirLock:
 
     def acquire(self, url: str = "") -> DataDirLock:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        handle = self.path.open("a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            owner = _owner(handle.read())
+        while True:
+            handle = self.path.open("a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                owner = _owner(handle.read())
+                handle.close()
+                pid = owner.get("pid")
+                raise DataDirBusy(
+                    self.data_dir,
+                    pid if isinstance(pid, int) else None,
+                    str(owner.get("url", "")),
+                ) from None
+            if _is_linked(handle, self.path):
+                break
+            # The holder released (removing the file) between our open and our lock: the
+            # lock we got is on a file nobody else will look at. Take the path's anew.
             handle.close()
-            pid = owner.get("pid")
-            raise DataDirBusy(
-                self.data_dir, pid if isinstance(pid, int) else None, str(owner.get("url", ""))
-            ) from None
         self._file = handle
         self.record(url=url)
         return self
@@ -182,8 +191,17 @@ class DataDirLock:
 
     def release(self) -> None:
         if self._file is not None:
-            self._file.close()  # closing drops the flock; the file stays (another may hold it)
+            self.path.unlink(missing_ok=True)  # still held: no one else has it locked
+            self._file.close()  # closing drops the flock
             self._file = None
+
+
+def _is_linked(handle: IO[str], path: Path) -> bool:
+    """Whether ``handle`` is still the file at ``path`` (not one removed since it was opened)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def running_stack(data_dir: Path) -> dict[str, object] | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import threading
@@ -29,11 +28,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from memstream.schemas import InteractionEvent
+from memstream.stores.embedded import DataDirBusy, DataDirLock
 
 log = logging.getLogger("memstream.journal")
 
 SUFFIX = ".jsonl"
-LOCK_NAME = "journal.lock"
+LOCK_NAME = "journal"  # the folder's DataDirLock: journal.lock
 
 # Whether each event is settled (memorized, or never to be: a forgotten user's), in order.
 # ``thorough``: the segment has waited long; look past the processed marks (tombstones).
@@ -105,7 +105,7 @@ class IntakeJournal:
     _fd: int | None = field(default=None, init=False)
     _opened_at: float = field(default=0.0, init=False)
     _next_seq: int = field(default=1, init=False)
-    _lock_fd: int | None = field(default=None, init=False)
+    _lock: DataDirLock | None = field(default=None, init=False)
     _io: threading.Lock = field(default_factory=threading.Lock, init=False)
     _queue: list[tuple[bytes, asyncio.Future[None]]] = field(default_factory=list, init=False)
     _writer: asyncio.Task[None] | None = field(default=None, init=False)
@@ -115,15 +115,12 @@ class IntakeJournal:
     def open(self) -> None:
         """Take the folder and list the segments an earlier process left (all closed now)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
+            self._lock = DataDirLock(self.folder, LOCK_NAME).acquire()
+        except DataDirBusy:
             raise JournalBusy(
                 f"another process appends to the intake journal {self.folder}"
             ) from None
-        self._lock_fd = lock_fd
         now = self.clock()
         found = sorted((int(p.stem), p) for p in self.folder.glob(f"*{SUFFIX}") if p.stem.isdigit())
         self._segments = [
@@ -309,6 +306,6 @@ class IntakeJournal:
         with self._io:
             if self._fd is not None:
                 self._close_current(self.clock())
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

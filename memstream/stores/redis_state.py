@@ -73,9 +73,9 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import lru_cache, partial
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from typing import TypedDict, Unpack
 
 import numpy as np
@@ -85,20 +85,27 @@ from redis.asyncio.cluster import RedisCluster
 
 from memstream.memory.clustering import Cluster, ClusterState
 from memstream.memory.hot_tier import Eviction, cutoff, evictions, prefix_needed
-from memstream.memory.recurrence import KeyState, TurnSignal
+from memstream.memory.recurrence import KeyState
 from memstream.schemas import StoredTurn
 from memstream.schemas.identity import parse_user_key, user_key
 from memstream.stores.codecs import (
-    cluster_from_bytes,
     cluster_to_bytes,
+    decode_cluster,
+    decode_signal,
     engine_from_bytes,
     engine_to_bytes,
     key_state_from_json,
     key_state_to_json,
-    signal_from_bytes,
     signal_to_bytes,
 )
 from memstream.stores.redis_client import SlotTransactions, async_redis
+from memstream.stores.short_term import (
+    TurnWithVector,
+    UserRead,
+    UserSnapshot,
+    UserUpdate,
+    UserWrite,
+)
 
 DAY_S = 86_400
 # A marker's index entry is scored by its expiry on the writer's wall clock and pruned on
@@ -111,11 +118,6 @@ _FIXED_KEYS = ("pending", "clusters", "meta", "keys", "heard", "timeline", "pinn
 _INDEXES = ("markers", "reminders")
 DELETE_BATCH = 500
 
-# Clusters and pending turns are re-read for every event of a user but rarely change: decode
-# each distinct serialised value once (content-addressed, so never stale; values are frozen).
-_decode_cluster = lru_cache(maxsize=16_384)(cluster_from_bytes)
-_decode_signal = lru_cache(maxsize=16_384)(signal_from_bytes)
-
 
 def _text(value: object) -> str:
     """A member or field as text: the client answers bytes (no ``decode_responses``), which
@@ -125,100 +127,6 @@ def _text(value: object) -> str:
 
 def user_tag(tenant_id: str, user_id: str) -> str:
     return "{" + user_key(tenant_id, user_id) + "}"
-
-
-@dataclass(frozen=True)
-class TurnWithVector:
-    turn: StoredTurn
-    vector: np.ndarray  # float32, unit norm (restored from float16)
-
-
-@dataclass(frozen=True)
-class UserRead:
-    """What ``load_users`` is asked of one user: which of ``event_ids`` were processed, and
-    which of ``phrases`` are in the user's heard set."""
-
-    tenant_id: str
-    user_id: str
-    event_ids: Sequence[str] = ()
-    phrases: Sequence[str] = ()
-
-
-@dataclass(frozen=True)
-class UserSnapshot:
-    """What ``memorize`` reads before it handles a user's events."""
-
-    clusters: ClusterState | None  # None: the user has no clustering state yet
-    pending: list[TurnSignal]  # oldest first
-    keys: dict[str, KeyState]
-    cluster_version: tuple[str, int] = ("", 0)  # (generation, version) the state was read at
-    forgotten_at: float | None = None  # the user was forgotten then: older events are dropped
-    processed: frozenset[str] = frozenset()  # of the event ids asked, those already applied
-    heard: frozenset[str] = frozenset()  # of the phrases asked, those in the heard set
-
-    @property
-    def already_processed(self) -> bool:
-        """Whether an event asked for (``load_user``: the one) was applied already."""
-        return bool(self.processed)
-
-
-@dataclass
-class UserUpdate:
-    """Everything ``memorize`` writes for one event, applied atomically."""
-
-    event_id: str
-    turn: StoredTurn
-    vector: np.ndarray
-    pending_add: TurnSignal | None = None
-    pending_remove: Sequence[str] = ()  # consumed by a trigger, or fallen out of the window
-    clusters: ClusterState | None = None  # the user's new clustering state, if it changed
-    clusters_changed: Sequence[str] = ()  # cluster ids to (re)write
-    clusters_removed: Sequence[str] = ()  # cluster ids merged away
-    cluster_version: tuple[str, int] = ("", 0)  # the snapshot's, handed back
-    keys: dict[str, KeyState] = field(default_factory=dict)
-    heard: Sequence[str] = ()  # phrases the user heard from the assistant (a set: no TTL)
-    # Trigger id -> payload this event emitted, kept like ``remember_event_triggers`` (in the
-    # event's transaction: a duplicate replay finds them exactly when the event is marked).
-    triggers: Mapping[str, bytes] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class UserWrite:
-    """One user's updates of a batch, in event order, for ``apply_users``."""
-
-    tenant_id: str
-    user_id: str
-    updates: Sequence[UserUpdate]
-
-
-def snapshot_after(snapshot: UserSnapshot, update: UserUpdate) -> UserSnapshot:
-    """What ``load_users`` would read (asked the same) once ``update`` is applied.
-
-    memorize chains a user's events of one batch through it instead of re-reading Redis,
-    so values go through the stored form exactly as a read would give them back (pending
-    vectors in float16, keys through their JSON).
-    """
-    pending = {p.event_id: p for p in snapshot.pending}
-    if update.pending_add is not None:
-        pending[update.turn.event_id] = _decode_signal(signal_to_bytes(update.pending_add))
-    for event_id in update.pending_remove:
-        pending.pop(event_id, None)
-    keys = dict(snapshot.keys)
-    for name, state in update.keys.items():
-        keys[name] = key_state_from_json(key_state_to_json(state))
-    generation, version = snapshot.cluster_version
-    clusters = snapshot.clusters
-    if update.clusters is not None:
-        clusters, version = update.clusters, version + 1
-    return replace(
-        snapshot,
-        clusters=clusters,
-        pending=sorted(pending.values(), key=lambda p: (p.ts, p.event_id)),
-        keys=keys,
-        cluster_version=(generation, version),
-        processed=snapshot.processed | {update.event_id},
-        heard=snapshot.heard | frozenset(update.heard),
-    )
 
 
 class StateOptions(TypedDict, total=False):
@@ -310,7 +218,7 @@ class RedisState:
                     UserSnapshot(
                         clusters=None,
                         pending=sorted(
-                            (_decode_signal(v) for v in raw_pending.values()),
+                            (decode_signal(v) for v in raw_pending.values()),
                             key=lambda p: (p.ts, p.event_id),
                         ),
                         keys={
@@ -360,7 +268,7 @@ class RedisState:
                 continue
             tenant_id, user_id, version = users[i]
             clusters = tuple(
-                sorted((_decode_cluster(v) for v in raw_clusters.values()), key=_creation_order)
+                sorted((decode_cluster(v) for v in raw_clusters.values()), key=_creation_order)
             )
             state = found[i] = engine_from_bytes(engine, clusters)
             self._remember(tenant_id, user_id, version, state)
@@ -652,7 +560,7 @@ class RedisState:
         """
         raw = await self.redis.hgetall(self._key(tenant_id, user_id, "clusters"))
         return sorted(
-            (_decode_cluster(v) for v in raw.values()),
+            (decode_cluster(v) for v in raw.values()),
             key=_creation_order,
         )
 

@@ -1,25 +1,122 @@
-"""The short-term state's interface: what memorize, the workers and the RPC need of Redis.
+"""The short-term state's interface: what memorize, the workers and the RPC need of Redis,
+and the values it reads and writes (``UserSnapshot``, ``UserUpdate``, ...).
 
 ``stores.redis_state.RedisState`` is the adapter (one Redis-protocol server or a Redis
-Cluster); ``stores.fakes.FakeShortTermState`` keeps the same state in process dicts for
+Cluster); ``tests/fakes.py``'s ``FakeShortTermState`` keeps the same state in process dicts for
 unit tests. ``tests/contract/test_short_term_contract.py`` runs one suite on both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from memstream.memory.clustering import Cluster
-from memstream.stores.redis_state import (
-    TurnWithVector,
-    UserRead,
-    UserSnapshot,
-    UserUpdate,
-    UserWrite,
+from memstream.memory.clustering import Cluster, ClusterState
+from memstream.memory.recurrence import KeyState, TurnSignal
+from memstream.schemas import StoredTurn
+from memstream.stores.codecs import (
+    decode_signal,
+    key_state_from_json,
+    key_state_to_json,
+    signal_to_bytes,
 )
+
+
+@dataclass(frozen=True)
+class TurnWithVector:
+    turn: StoredTurn
+    vector: np.ndarray  # float32, unit norm (restored from float16)
+
+
+@dataclass(frozen=True)
+class UserRead:
+    """What ``load_users`` is asked of one user: which of ``event_ids`` were processed, and
+    which of ``phrases`` are in the user's heard set."""
+
+    tenant_id: str
+    user_id: str
+    event_ids: Sequence[str] = ()
+    phrases: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class UserSnapshot:
+    """What ``memorize`` reads before it handles a user's events."""
+
+    clusters: ClusterState | None  # None: the user has no clustering state yet
+    pending: list[TurnSignal]  # oldest first
+    keys: dict[str, KeyState]
+    cluster_version: tuple[str, int] = ("", 0)  # (generation, version) the state was read at
+    forgotten_at: float | None = None  # the user was forgotten then: older events are dropped
+    processed: frozenset[str] = frozenset()  # of the event ids asked, those already applied
+    heard: frozenset[str] = frozenset()  # of the phrases asked, those in the heard set
+
+    @property
+    def already_processed(self) -> bool:
+        """Whether an event asked for (``load_user``: the one) was applied already."""
+        return bool(self.processed)
+
+
+@dataclass
+class UserUpdate:
+    """Everything ``memorize`` writes for one event, applied atomically."""
+
+    event_id: str
+    turn: StoredTurn
+    vector: np.ndarray
+    pending_add: TurnSignal | None = None
+    pending_remove: Sequence[str] = ()  # consumed by a trigger, or fallen out of the window
+    clusters: ClusterState | None = None  # the user's new clustering state, if it changed
+    clusters_changed: Sequence[str] = ()  # cluster ids to (re)write
+    clusters_removed: Sequence[str] = ()  # cluster ids merged away
+    cluster_version: tuple[str, int] = ("", 0)  # the snapshot's, handed back
+    keys: dict[str, KeyState] = field(default_factory=dict)
+    heard: Sequence[str] = ()  # phrases the user heard from the assistant (a set: no TTL)
+    # Trigger id -> payload this event emitted, kept like ``remember_event_triggers`` (in the
+    # event's transaction: a duplicate replay finds them exactly when the event is marked).
+    triggers: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UserWrite:
+    """One user's updates of a batch, in event order, for ``apply_users``."""
+
+    tenant_id: str
+    user_id: str
+    updates: Sequence[UserUpdate]
+
+
+def snapshot_after(snapshot: UserSnapshot, update: UserUpdate) -> UserSnapshot:
+    """What ``load_users`` would read (asked the same) once ``update`` is applied.
+
+    memorize chains a user's events of one batch through it instead of re-reading Redis,
+    so values go through the stored form exactly as a read would give them back (pending
+    vectors in float16, keys through their JSON).
+    """
+    pending = {p.event_id: p for p in snapshot.pending}
+    if update.pending_add is not None:
+        pending[update.turn.event_id] = decode_signal(signal_to_bytes(update.pending_add))
+    for event_id in update.pending_remove:
+        pending.pop(event_id, None)
+    keys = dict(snapshot.keys)
+    for name, state in update.keys.items():
+        keys[name] = key_state_from_json(key_state_to_json(state))
+    generation, version = snapshot.cluster_version
+    clusters = snapshot.clusters
+    if update.clusters is not None:
+        clusters, version = update.clusters, version + 1
+    return replace(
+        snapshot,
+        clusters=clusters,
+        pending=sorted(pending.values(), key=lambda p: (p.ts, p.event_id)),
+        keys=keys,
+        cluster_version=(generation, version),
+        processed=snapshot.processed | {update.event_id},
+        heard=snapshot.heard | frozenset(update.heard),
+    )
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """The sentence encoder's interface: what memorize, the consolidator and the RPC call.
 
 ``stores.encoder.OnnxEncoder`` is the adapter (the pinned ONNX MiniLM);
-``stores.fakes.HashEncoder`` is a deterministic stand-in for unit tests.
+``tests.fakes.HashEncoder`` is a deterministic stand-in for unit tests.
 ``tests/contract/test_encoder_contract.py`` runs one suite on both.
 """
 

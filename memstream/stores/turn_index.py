@@ -50,8 +50,7 @@ from memstream.memory.turns import (
 from memstream.schemas import StoredTurn
 from memstream.stores.cpu import off_loop
 from memstream.stores.longterm import LongTermStore
-from memstream.stores.redis_state import TurnWithVector
-from memstream.stores.short_term import ShortTermState
+from memstream.stores.short_term import ShortTermState, TurnWithVector
 
 ARCHIVE_PAGE = 1024
 # Bytes per turn beyond its vector and text: the StoredTurn, its rendered line, postings

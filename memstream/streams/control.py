@@ -17,11 +17,11 @@ import faust
 
 from memstream.metrics import Metrics
 from memstream.schemas import Control
-from memstream.stores.broker import Topics
 from memstream.stores.forget import forget_user
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.stores.stage import Outcome, Received, Stage
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import Outcome, Received, Stage
 
 STAGE = "control"
 

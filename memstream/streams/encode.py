@@ -12,9 +12,9 @@ import orjson
 
 from memstream.metrics import Metrics
 from memstream.schemas import InteractionEvent
-from memstream.stores.broker import Topics
-from memstream.stores.stage import Received, Stage
 from memstream.stores.text_encoder import TextEncoder
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import Received, Stage
 
 STAGE = "encode"
 

@@ -34,18 +34,18 @@ from memstream.memory.recurrence import RecurrenceParams
 from memstream.memory.vectors import normalize
 from memstream.metrics import Metrics
 from memstream.schemas import EncodedEvent, RecurrenceTrigger
-from memstream.stores.broker import Topics
 from memstream.stores.cpu import off_loop
 from memstream.stores.forget import forgotten
-from memstream.stores.redis_state import (
+from memstream.stores.short_term import (
+    ShortTermState,
     UserRead,
     UserSnapshot,
     UserUpdate,
     UserWrite,
     snapshot_after,
 )
-from memstream.stores.short_term import ShortTermState
-from memstream.stores.stage import Received, Stage
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import Received, Stage
 
 STAGE = "memorize"
 T = TypeVar("T")

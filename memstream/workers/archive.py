@@ -26,12 +26,12 @@ from memstream.memory.turns import stored_turn
 from memstream.memory.vectors import normalize
 from memstream.metrics import Metrics
 from memstream.schemas import EncodedEvent
-from memstream.stores.broker import Topics
 from memstream.stores.cpu import off_loop
 from memstream.stores.forget import forgotten
 from memstream.stores.longterm import ArchivedTurn, LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.stores.stage import Received, Stage
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import Received, Stage
 
 STAGE = "archive"
 
@@ -54,7 +54,7 @@ class ArchiveWorker:
     ) -> int:
         """Archive a batch of turns; returns how many were written (forgotten ones not).
 
-        ``arrived``: each event's record timestamp, when known (``stores.stage.Received``):
+        ``arrived``: each event's record timestamp, when known (``streaming.stage.Received``):
         one posted before its user's forget is dropped whatever its own stamp."""
         # Off the event loop: a turn's entities and phrases cost up to tens of ms at the
         # size limit, and this process serves retrievals too.

@@ -33,12 +33,12 @@ from memstream.memory.vectors import mean_direction
 from memstream.metrics import Metrics
 from memstream.schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
 from memstream.schemas.identity import user_key
-from memstream.stores.broker import Topics
 from memstream.stores.llm import Consolidator, build_messages
 from memstream.stores.longterm import LongTermStore, memory_point_id
 from memstream.stores.short_term import ShortTermState
-from memstream.stores.stage import Received, Stage
 from memstream.stores.text_encoder import TextEncoder, TokenCounter
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import Received, Stage
 from memstream.workers.locks import UserLocks
 
 STAGE = "consolidate"

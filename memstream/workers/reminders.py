@@ -20,10 +20,10 @@ import faust
 from memstream.memory.reminders import due_reminders
 from memstream.metrics import Metrics
 from memstream.schemas import Reminder
-from memstream.stores.broker import Topics
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.stores.stage import periodic
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import periodic
 
 STAGE = "reminders"
 SCAN_PAGE = 256

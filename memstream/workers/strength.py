@@ -24,10 +24,10 @@ import faust
 from memstream.memory.strength import StrengthParams, boost_all, decayed
 from memstream.metrics import Metrics
 from memstream.schemas import Feedback
-from memstream.stores.broker import Topics
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.stores.stage import Outcome, Received, Stage, periodic
+from memstream.streaming.broker import Topics
+from memstream.streaming.stage import Outcome, Received, Stage, periodic
 from memstream.workers.locks import UserLocks
 
 FEEDBACK_STAGE = "feedback"

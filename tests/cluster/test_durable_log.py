@@ -19,8 +19,7 @@ from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import handled_events
 from memstream.schemas import InteractionEvent
 from memstream.settings import QdrantSettings, Settings
-from memstream.stores.broker import bootstrap_servers
-from memstream.stores.real_clusters import on_clusters
+from memstream.streaming.broker import bootstrap_servers
 from tests.integration.process import MemstreamProcess, with_free_port
 from tests.integration.test_rebuild import (
     finish,
@@ -29,6 +28,7 @@ from tests.integration.test_rebuild import (
     scraped_counts,
     snapshot,
 )
+from tests.real_clusters import on_clusters
 
 pytestmark = [
     pytest.mark.integration,

@@ -21,10 +21,10 @@ import pytest
 
 from memstream.schemas import ConsolidatedMemory, DeadLetter
 from memstream.settings import DEMO_TENANT
-from memstream.stores.broker import bootstrap_servers
-from memstream.stores.real_clusters import on_clusters
+from memstream.streaming.broker import bootstrap_servers
 from tests.integration.process import MemstreamProcess, wait_for
 from tests.integration.test_foreign_client import event, produce, read_until
+from tests.real_clusters import on_clusters
 
 pytestmark = [
     pytest.mark.integration,

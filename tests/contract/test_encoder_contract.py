@@ -10,8 +10,8 @@ import pytest
 
 from memstream.settings import EncoderSettings
 from memstream.stores.encoder import OnnxEncoder
-from memstream.stores.fakes import HashEncoder
 from memstream.stores.text_encoder import TextEncoder
+from tests.fakes import HashEncoder
 
 TEXTS = [
     "Where is my order A-10293?",

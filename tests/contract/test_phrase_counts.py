@@ -14,7 +14,8 @@ import numpy as np
 
 from memstream.schemas import StoredTurn
 from memstream.stores.embedded import EmbeddedRedis
-from memstream.stores.redis_state import RedisState, UserRead, UserUpdate, user_tag
+from memstream.stores.redis_state import RedisState, user_tag
+from memstream.stores.short_term import UserRead, UserUpdate
 
 
 async def test_the_heard_set_never_expires_and_a_forget_removes_it(

@@ -17,9 +17,15 @@ from memstream.memory.clustering import ClusterParams, ClusterState, MemoryIn, S
 from memstream.memory.recurrence import KeyState, TurnSignal
 from memstream.schemas import StoredTurn
 from memstream.stores.embedded import EmbeddedRedis
-from memstream.stores.fakes import FakeShortTermState
-from memstream.stores.redis_state import RedisState, UserRead, UserUpdate, UserWrite, snapshot_after
-from memstream.stores.short_term import ShortTermState
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import (
+    ShortTermState,
+    UserRead,
+    UserUpdate,
+    UserWrite,
+    snapshot_after,
+)
+from tests.fakes import FakeShortTermState
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DIM = 8

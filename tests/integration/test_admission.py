@@ -23,11 +23,11 @@ from memstream.metrics import Metrics
 from memstream.rpc.retrieval import QueryEncoder, Retriever
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
-from memstream.stores.broker import EventPublisher
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
 from memstream.stores.redis_state import RedisState
+from memstream.streaming.broker import EventPublisher
 
 pytestmark = pytest.mark.integration
 HEADERS = {"Authorization": f"Bearer {DEMO_API_KEY}"}

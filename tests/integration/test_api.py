@@ -41,13 +41,14 @@ from memstream.schemas import (
     StoredTurn,
 )
 from memstream.settings import Settings, hash_api_key
-from memstream.stores.broker import EventPublisher, bootstrap_servers
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.longterm import ArchivedTurn, memory_point_id
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
-from memstream.stores.redis_state import RedisState, UserUpdate
-from memstream.stores.stage import Received
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
+from memstream.streaming.broker import EventPublisher, bootstrap_servers
+from memstream.streaming.stage import Received
 from memstream.streams.memorize import Decision, Memorizer
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,8 @@ from memstream.settings import Settings
 from memstream.stores.codecs import cluster_to_bytes, engine_from_bytes, engine_to_bytes
 from memstream.stores.embedded import EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
-from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
 from memstream.wiring import cluster_params, description_encoder
 from reliability.cluster import read_topic
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port

@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from memstream.schemas import ConsolidatedMemory, DeadLetter
 from memstream.settings import DEMO_TENANT
-from memstream.stores.broker import bootstrap_servers
+from memstream.streaming.broker import bootstrap_servers
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

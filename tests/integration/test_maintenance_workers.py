@@ -20,7 +20,8 @@ from memstream.schemas import ConsolidatedMemory, Feedback, OpenAction, Reminder
 from memstream.stores.embedded import EmbeddedRedis
 from memstream.stores.longterm import memory_point_id
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
-from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
 from memstream.workers.consolidate import ConsolidationWorker
 from memstream.workers.locks import UserLocks
 from memstream.workers.reminders import ReminderWorker

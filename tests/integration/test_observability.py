@@ -23,8 +23,8 @@ from memstream.metrics import catalogue
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import replay_file
 from memstream.settings import DEMO_API_KEY, Settings
-from memstream.stores.broker import EventPublisher
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
+from memstream.streaming.broker import EventPublisher
 from tests.integration.process import MemstreamProcess, wait_for
 from tests.unit.test_observability_files import DASHBOARD, PROMETHEUS, dashboard_exprs
 

@@ -14,7 +14,7 @@ from memstream.ops.demo import DEMO_QUESTIONS, SAMPLE_STREAM
 from memstream.ops.replay import replay_file
 from memstream.schemas import DeadLetter
 from memstream.settings import Settings
-from memstream.stores.broker import EventPublisher, bootstrap_servers
+from memstream.streaming.broker import EventPublisher, bootstrap_servers
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import pytest
 
 from memstream.schemas import ConsolidatedMemory, Feedback, InteractionEvent
 from memstream.settings import Settings
-from memstream.stores.broker import EventPublisher
+from memstream.streaming.broker import EventPublisher
 from tests.integration.process import MemstreamProcess, wait_for
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,8 @@ import pytest
 from memstream.schemas import StoredTurn
 from memstream.stores import redis_state
 from memstream.stores.embedded import EmbeddedRedis
-from memstream.stores.redis_state import DAY_S, RedisState, UserUpdate, UserWrite, user_tag
+from memstream.stores.redis_state import DAY_S, RedisState, user_tag
+from memstream.stores.short_term import UserUpdate, UserWrite
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TENANT = "acme"

@@ -27,7 +27,8 @@ from memstream.stores.embedded import EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.longterm import ArchivedTurn, memory_point_id
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
-from memstream.stores.redis_state import RedisState, UserUpdate
+from memstream.stores.redis_state import RedisState
+from memstream.stores.short_term import UserUpdate
 from memstream.stores.text_encoder import TokenCounter
 
 pytestmark = pytest.mark.integration

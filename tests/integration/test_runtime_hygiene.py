@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memstream.settings import Settings
-from memstream.stores.broker import EventPublisher
+from memstream.streaming.broker import EventPublisher
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

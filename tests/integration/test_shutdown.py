@@ -3,7 +3,8 @@
 One real ``memstream up --replay`` on its own embedded broker, Valkey and Qdrant Edge:
 while the sample settles, ``/readyz`` and the retrieval header say how many events are
 pending; the curl banner comes only once it settled; a terminal's Ctrl-C (SIGINT to the
-whole process group) stops it quietly, roles before the services they use, within 10 s.
+whole process group) stops it quietly, roles before the services they use, within 10 s,
+and leaves no lock file behind.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ QUESTION = {"user_id": "cust-ana", "query": "What is the status of order A-10293
 
 
 def test_replay_reports_catching_up_then_ctrl_c_stops_quietly(tmp_path: Path) -> None:
+    data = tmp_path / "data"
     stack = Stack(
-        tmp_path / "data",
+        data,
         free_port(),
         tmp_path / "up.log",
         args=["--replay", "examples/sample_stream.jsonl"],
@@ -68,6 +70,7 @@ def test_replay_reports_catching_up_then_ctrl_c_stops_quietly(tmp_path: Path) ->
 
         children = stack.children()
         assert len(children) == 2, children  # the embedded broker and Valkey
+        assert (data / "stack.lock").exists()
         before = len(stack.output())
         code, took = stack.ctrl_c(CTRL_C_BOUND_S + 20)
         tail = stack.output()[before:]
@@ -77,5 +80,7 @@ def test_replay_reports_catching_up_then_ctrl_c_stops_quietly(tmp_path: Path) ->
         assert "Traceback" not in tail, tail[-3000:]
         assert '"level":"error"' not in tail, tail[-3000:]
         assert not [pid for pid in children if alive(pid)], "a service outlived memstream"
+        left = [str(p.relative_to(data)) for p in data.rglob("*.lock")]
+        assert not left, f"lock files outlived a clean stop: {left}"
     finally:
         stack.kill()

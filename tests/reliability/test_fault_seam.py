@@ -14,7 +14,7 @@ from memstream.metrics import Metrics
 from memstream.settings import QdrantSettings, Settings
 from memstream.stores.embedded import free_port
 from memstream.stores.longterm import LongTermStore
-from memstream.stores.stage import is_outage
+from memstream.streaming.stage import is_outage
 from memstream.wiring import Dependencies, Stack
 from reliability.roles import SwitchableLongTerm, switchable_opener
 

@@ -12,7 +12,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from memstream.metrics import Metrics
 from memstream.stores.embedded import free_port
-from memstream.stores.stage import is_outage, with_retries
+from memstream.streaming.stage import is_outage, with_retries
 
 
 def retries(metrics: Metrics, stage: str, kind: str) -> float:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from memstream.schemas import StoredTurn
-from memstream.stores.fakes import FakeShortTermState, HashEncoder
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.qdrant_client_store import QdrantClientStore
-from memstream.stores.redis_state import UserUpdate
+from memstream.stores.short_term import UserUpdate
+from tests.fakes import FakeShortTermState, HashEncoder
 
 ENCODER = HashEncoder(dim=64)
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from memstream.metrics import Metrics
 from memstream.schemas import DeadLetter, InteractionEvent
-from memstream.stores.stage import MAX_ORIGINAL_CHARS, DeadLetters, cut, describe_invalid
+from memstream.streaming.stage import MAX_ORIGINAL_CHARS, DeadLetters, cut, describe_invalid
 
 
 def reason_for(value: bytes) -> str:

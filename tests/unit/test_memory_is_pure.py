@@ -45,6 +45,6 @@ def test_memory_imports_only_stdlib_numpy_and_schemas() -> None:
 def test_the_checker_sees_imports() -> None:
     source = (
         "import os\nimport redis.asyncio\nfrom qdrant_client import X\nfrom . import y\n"
-        "from ..stores import z\nfrom memstream.stores.fakes import w\n"
+        "from ..stores import z\nfrom memstream.stores.short_term import w\n"
     )
     assert imported_roots(source) == {"os", "redis", "qdrant_client", "..", "memstream.stores"}

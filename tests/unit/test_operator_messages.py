@@ -86,3 +86,41 @@ def test_backlog_is_pending_until_the_replay_settles() -> None:
     assert backlog.pending() == 1  # all handled, triggers may still be consolidating
     backlog.end()
     assert backlog.pending() == 0
+
+
+@pytest.mark.parametrize("command", ["worker", "consolidator"])
+def test_a_role_set_with_no_services_configured_refuses_in_one_line(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from memstream.cli import cli
+
+    for name in [n for n in os.environ if n.upper().startswith("MEMSTREAM_")]:
+        monkeypatch.delenv(name)
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(cli, [command], env={"MEMSTREAM_DATA_DIR": str(data_dir)})
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"memstream {command} joins a deployment: set MEMSTREAM_KAFKA__BROKER and "
+        "MEMSTREAM_REDIS__URL; every role on this machine is `memstream up`"
+    ]
+    assert not data_dir.exists()  # no embedded stack of its own was started
+
+
+def test_a_released_lock_leaves_no_file_and_a_stale_handle_is_told_apart(tmp_path: Path) -> None:
+    from memstream.stores.embedded import _is_linked
+
+    held = DataDirLock(tmp_path).acquire("http://127.0.0.1:8080")
+    stale = held.path.open()  # opened by a second starter before the holder stopped
+    held.release()
+    assert not held.path.exists()
+    assert running_stack(tmp_path) is None
+    # The second starter's lock would be on the removed file: acquire sees that and retries.
+    assert not _is_linked(stale, held.path)
+    stale.close()
+    again = DataDirLock(tmp_path).acquire()
+    assert _is_linked(again._file, again.path) if again._file else False
+    with pytest.raises(DataDirBusy):
+        DataDirLock(tmp_path).acquire()
+    again.release()

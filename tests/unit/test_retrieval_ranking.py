@@ -16,8 +16,7 @@ from memstream.metrics import Metrics
 from memstream.rpc.retrieval import QueryEncoder, Retriever
 from memstream.schemas import ConsolidatedMemory, Fact, RetrieveRequest, StoredTurn
 from memstream.stores.longterm import LongTermStore, ScoredMemory
-from memstream.stores.redis_state import TurnWithVector
-from memstream.stores.short_term import ShortTermState
+from memstream.stores.short_term import ShortTermState, TurnWithVector
 from memstream.stores.text_encoder import TextEncoder
 from memstream.stores.turn_index import UserTurns, index_turn
 

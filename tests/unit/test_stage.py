@@ -1,4 +1,4 @@
-"""The stage runtime's loops (stores/stage.py): what each does with a message, once for all.
+"""The stage runtime's loops (streaming/stage.py): what each does with a message, once for all.
 
 One turn of each loop is driven with fake topics: bad input reaches the DLQ (or is
 skipped), a failing handler parks its message as poison and the next one goes on, outcomes
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from memstream.schemas import DeadLetter, Feedback
-from memstream.stores.stage import DECODED_MEMO, Outcome, Received, Stage, periodic, validated
+from memstream.streaming.stage import DECODED_MEMO, Outcome, Received, Stage, periodic, validated
 from tests.unit.test_dead_letter_reasons import FakeTopic
 
 

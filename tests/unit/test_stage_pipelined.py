@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from memstream.schemas import Feedback
-from memstream.stores.stage import Received, Stage
+from memstream.streaming.stage import Received, Stage
 from tests.unit.streams.stage_fakes import Feed
 from tests.unit.test_dead_letter_reasons import FakeTopic
 from tests.unit.test_stage import feedback, value

@@ -83,7 +83,8 @@ def test_every_name_the_project_spells_is_a_setting_or_allow_listed() -> None:
     for pattern in ("memstream/**/*.py", "bench/*.py", "reliability/*.py"):
         for path in ROOT.glob(pattern):
             spelt |= set(re.findall(r"MEMSTREAM_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
-    spelt |= set(re.findall(r"MEMSTREAM_[A-Z0-9_]*[A-Z0-9]", (ROOT / "README.md").read_text()))
+    for page in [ROOT / "README.md", *ROOT.glob("docs/*.md")]:
+        spelt |= set(re.findall(r"MEMSTREAM_[A-Z0-9_]*[A-Z0-9]", page.read_text()))
     unknown = {n for n in spelt if n not in names | NOT_SETTINGS_ENV and not n.startswith(maps)}
     assert not unknown
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from memstream.rpc.feedback import FeedbackSink
 from memstream.schemas import Feedback
-from memstream.stores.broker import EventPublisher
+from memstream.streaming.broker import EventPublisher
 
 
 class RecordingPublisher(EventPublisher):

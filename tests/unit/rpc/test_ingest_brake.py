@@ -18,7 +18,7 @@ from memstream.metrics import Metrics
 from memstream.rpc.ingest import IngestBrake, IngestGuard
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.settings import DEMO_API_KEY, DEMO_TENANT, RPCSettings, Settings
-from memstream.stores.broker import GroupLag
+from memstream.streaming.broker import GroupLag
 
 
 def brake(max_lag: int = 100) -> IngestBrake:

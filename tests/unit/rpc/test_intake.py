@@ -15,8 +15,8 @@ from memstream.metrics import Metrics
 from memstream.rpc.intake import Intake, journal_folder, settled
 from memstream.schemas import InteractionEvent, StoredTurn
 from memstream.settings import Settings
-from memstream.stores.fakes import FakeShortTermState
-from memstream.stores.redis_state import UserUpdate
+from memstream.stores.short_term import UserUpdate
+from tests.fakes import FakeShortTermState
 
 TS = datetime(2026, 12, 1, tzinfo=UTC)
 

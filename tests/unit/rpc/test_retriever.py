@@ -24,9 +24,9 @@ from memstream.schemas import (
     RetrieveResponse,
     StoredTurn,
 )
-from memstream.stores.fakes import FakeShortTermState, HashEncoder
 from memstream.stores.longterm import LongTermStore, memory_point_id
 from memstream.stores.text_encoder import FloatArray
+from tests.fakes import FakeShortTermState, HashEncoder
 from tests.unit.over_fakes import ENCODER, put_hot
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)

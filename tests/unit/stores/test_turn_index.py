@@ -12,7 +12,7 @@ from memstream.memory.lexical import LexicalIndex
 from memstream.memory.profile import AttributePrototypes
 from memstream.memory.turns import Exemplars
 from memstream.schemas import StoredTurn
-from memstream.stores.redis_state import TurnWithVector
+from memstream.stores.short_term import TurnWithVector
 from memstream.stores.turn_index import UserTurns, index_turn
 
 T0 = datetime(2023, 5, 1, tzinfo=UTC)

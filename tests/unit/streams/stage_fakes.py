@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from memstream.metrics import Metrics
 from memstream.schemas import DeadLetter
 from memstream.schemas.identity import user_key
-from memstream.stores.broker import Taken
-from memstream.stores.stage import Stage
+from memstream.streaming.broker import Taken
+from memstream.streaming.stage import Stage
 
 
 class RecordingTopic:

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from memstream.schemas import ConsolidatedMemory, Control, StoredTurn
-from memstream.stores.fakes import FakeShortTermState
 from memstream.stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
 from memstream.streams.control import STAGE, Controller
+from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER, put_hot
 from tests.unit.streams.stage_fakes import message, sample, stage
 

@@ -12,9 +12,9 @@ from typing import Any, cast
 import numpy as np
 
 from memstream.schemas import EncodedEvent, InteractionEvent
-from memstream.stores.fakes import HashEncoder
 from memstream.stores.text_encoder import FloatArray
 from memstream.streams.encode import STAGE, EventEncoder, encoded_json
+from tests.fakes import HashEncoder
 from tests.unit.streams.stage_fakes import (
     ARRIVED,
     Feed,

@@ -17,10 +17,10 @@ import pytest
 from memstream.memory.clustering import ClusterParams
 from memstream.memory.recurrence import RecurrenceParams
 from memstream.schemas import EncodedEvent, EventMetadata, InteractionEvent
-from memstream.stores.fakes import FakeShortTermState
-from memstream.stores.redis_state import UserWrite
-from memstream.stores.stage import Received
+from memstream.stores.short_term import UserWrite
+from memstream.streaming.stage import Received
 from memstream.streams.memorize import Decision, Memorizer, by_user
+from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -14,10 +14,10 @@ from memstream.memory.clustering import ClusterParams
 from memstream.memory.memorize import decide_event
 from memstream.memory.recurrence import RecurrenceParams
 from memstream.schemas import EncodedEvent, EventMetadata, InteractionEvent
-from memstream.stores.fakes import FakeShortTermState
-from memstream.stores.stage import Received
+from memstream.streaming.stage import Received
 from memstream.streams import memorize
 from memstream.streams.memorize import Decision, Memorizer, OverBudget, Skipped
+from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -16,12 +16,12 @@ from memstream.schemas import (
     Reminder,
     StoredTurn,
 )
-from memstream.stores.fakes import FakeShortTermState
 from memstream.stores.forget import forget_user
 from memstream.stores.longterm import LongTermStore, memory_point_id
-from memstream.stores.redis_state import UserUpdate
+from memstream.stores.short_term import UserUpdate
 from memstream.workers.archive import ArchiveWorker
 from memstream.workers.reminders import ReminderWorker
+from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

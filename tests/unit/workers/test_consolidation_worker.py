@@ -14,10 +14,10 @@ from memstream.memory.consolidation_jobs import Job
 from memstream.memory.vectors import mean_direction
 from memstream.metrics import Metrics
 from memstream.schemas import StoredTurn
-from memstream.stores.fakes import FakeShortTermState
 from memstream.stores.llm import ExtractiveConsolidator
 from memstream.stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
 from memstream.workers.consolidate import ConsolidationWorker
+from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER, put_hot
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

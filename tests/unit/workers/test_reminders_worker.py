@@ -10,9 +10,9 @@ from typing import Any
 
 from memstream.memory.reminders import due_times
 from memstream.schemas import ConsolidatedMemory, OpenAction, Reminder
-from memstream.stores.fakes import FakeShortTermState
 from memstream.stores.longterm import LongTermStore, memory_point_id
 from memstream.workers.reminders import ReminderWorker
+from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -14,8 +14,8 @@ import faust
 import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from memstream.stores import broker
-from memstream.stores.broker import (
+from memstream.streaming import broker
+from memstream.streaming.broker import (
     ShortFetchConsumerThread,
     Taken,
     backlogged,

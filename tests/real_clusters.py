@@ -17,7 +17,7 @@ from typing import Any
 
 from memstream.settings import ENV_NESTED, ENV_PREFIX
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 KAFKA = ROOT / "deploy" / "kafka" / "cluster.sh"
 REDIS = ROOT / "deploy" / "redis-cluster" / "cluster.sh"
 STACK_ENV = "MEMSTREAM_TEST_STACK"

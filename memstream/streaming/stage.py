@@ -52,7 +52,7 @@ from memstream.logs import event_id_of
 from memstream.metrics import DLQ_REASONS, Metrics
 from memstream.schemas import DeadLetter
 from memstream.schemas.identity import key_problem
-from memstream.stores.broker import Taken, every, take_events, take_ready, take_ready_deferred
+from memstream.streaming.broker import Taken, every, take_events, take_ready, take_ready_deferred
 
 log = logging.getLogger("memstream.streams")
 workers_log = logging.getLogger("memstream.workers")  # the periodic jobs are the workers'

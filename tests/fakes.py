@@ -31,7 +31,7 @@ from memstream.stores.codecs import (
     signal_from_bytes,
     signal_to_bytes,
 )
-from memstream.stores.redis_state import (
+from memstream.stores.short_term import (
     TurnWithVector,
     UserRead,
     UserSnapshot,

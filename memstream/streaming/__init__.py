@@ -1,0 +1,4 @@
+"""The streaming runtime between the adapters and the stages: the broker plumbing (``broker``:
+the faust app, topics, the RPC's producer, group lag) and the stage loops (``stage``: decode,
+retries, dead letters, metrics; per-message, batched and periodic). A stage in ``streams/``
+or ``workers/`` is a handler run on one of these loops."""
