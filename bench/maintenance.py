@@ -22,8 +22,8 @@ from memstream.schemas import Reminder, StoredTurn
 from memstream.settings import QdrantSettings
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import UserUpdate
+from memstream.streaming.locks import UserLocks
 from memstream.wiring import open_longterm
-from memstream.workers.locks import UserLocks
 from memstream.workers.reminders import SCAN_PAGE, ReminderWorker
 from memstream.workers.strength import StrengthWorker
 from tests.fakes import FakeShortTermState

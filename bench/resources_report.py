@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memstream.settings import Settings
-from memstream.wiring import recurrence_params
+from memstream.streaming.params import recurrence_params
 
 if TYPE_CHECKING:
     from bench.resources import Params

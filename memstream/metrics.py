@@ -381,32 +381,39 @@ class Metrics:
         """Mark the roles played and export their labelled series at zero (see ROLE_STAGES)."""
         for role in roles:
             self.role.labels(role).set(1)
-            stages = ROLE_STAGES.get(role, ())
-            for stage in stages:
-                for outcome in STAGE_OUTCOMES[stage]:
-                    self.events.labels(stage, outcome)
-                self.stage_latency.labels(stage)
-                if stage in DLQ_STAGES:
-                    for reason in DLQ_REASONS:
-                        self.dlq.labels(stage, reason)
-                if stage in BATCHED_STAGES:
-                    self.batch_size.labels(stage)
-            if role == "process":
-                for reason in TRIGGER_REASONS:
-                    self.triggers.labels(reason)
-                for event in CLUSTER_EVENTS:
-                    self.cluster_events.labels(event)
-            elif role == "consolidate":
-                for outcome in CONSOLIDATION_OUTCOMES:
-                    self.consolidations.labels(outcome)
-                self.stage_latency.labels("llm")
-                for reason in LLM_FALLBACK_REASONS:
-                    self.llm_fallbacks.labels(reason)
-                for reason in CONSOLIDATION_CUT_REASONS:
-                    self.consolidations_cut.labels(reason)
-            elif role == "serve":
-                for phase in RETRIEVAL_PHASES:
-                    self.retrieval_latency.labels(phase)
+            for stage in ROLE_STAGES.get(role, ()):
+                self._declare_stage(stage)
+            self._declare_role_series(role)
+
+    def _declare_stage(self, stage: str) -> None:
+        """A stage's series at zero: its outcomes, latency, dead letters and batch size."""
+        for outcome in STAGE_OUTCOMES[stage]:
+            self.events.labels(stage, outcome)
+        self.stage_latency.labels(stage)
+        if stage in DLQ_STAGES:
+            for reason in DLQ_REASONS:
+                self.dlq.labels(stage, reason)
+        if stage in BATCHED_STAGES:
+            self.batch_size.labels(stage)
+
+    def _declare_role_series(self, role: str) -> None:
+        """The series only one role exports (not per stage), at zero."""
+        if role == "process":
+            for reason in TRIGGER_REASONS:
+                self.triggers.labels(reason)
+            for event in CLUSTER_EVENTS:
+                self.cluster_events.labels(event)
+        elif role == "consolidate":
+            for outcome in CONSOLIDATION_OUTCOMES:
+                self.consolidations.labels(outcome)
+            self.stage_latency.labels("llm")
+            for reason in LLM_FALLBACK_REASONS:
+                self.llm_fallbacks.labels(reason)
+            for reason in CONSOLIDATION_CUT_REASONS:
+                self.consolidations_cut.labels(reason)
+        elif role == "serve":
+            for phase in RETRIEVAL_PHASES:
+                self.retrieval_latency.labels(phase)
 
     def declare_tenants(self, tenants: Iterable[str]) -> None:
         """Export the shed and ingest-refusal series of the tenants the API keys name at zero."""

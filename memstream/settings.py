@@ -124,9 +124,10 @@ class EncoderSettings(_Section):
 
 
 # Engine sections: a field declared ``None`` is a parameter of the engine's own type in
-# memory/ (same name unless ``memstream.wiring`` renames it) and, left None, takes that
-# type's default: each default is written once, there, with why. The kernel imports nothing
-# of the project, so these sections name the fields and ``memstream.wiring`` builds the type.
+# memory/ (same name unless ``memstream.streaming.params`` renames it) and, left None, takes
+# that type's default: each default is written once, there, with why. The kernel imports
+# nothing of the project, so these sections name the fields and ``streaming.params`` builds
+# the type.
 
 
 class ClusterSettings(_Section):

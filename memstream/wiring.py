@@ -1,61 +1,37 @@
 """The composition root: settings in, a running process's dependencies out.
 
 ``Stack`` resolves where the broker and Redis are (starting embedded ones when the settings
-leave their URLs empty); ``build_app`` builds one faust app with the agents of the roles a
-process plays, each wired to its stores; ``open_longterm`` picks the Qdrant backend, and
-``engine_params`` builds the engine's parameter types in memory/ from the settings' engine
-sections. Nothing here holds an algorithm.
+leave their URLs empty); ``build_app`` builds one faust app and starts on it the stages of
+``STAGES`` (the one table of them) that belong to the roles a process plays, on the
+``Services`` they share; ``open_longterm`` picks the Qdrant backend. Nothing here holds an
+algorithm, and no stage's construction: each stage builds its own from ``Services``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Literal
 
 import faust
-import numpy as np
-from pydantic import BaseModel
 
-from memstream.memory.clustering import ClusterParams
-from memstream.memory.links import LinkParams
-from memstream.memory.recurrence import RecurrenceParams
-from memstream.memory.strength import StrengthParams
 from memstream.metrics import Metrics
 from memstream.sampling import register_samplers
-from memstream.settings import (
-    ClusterSettings,
-    ConsolidationSettings,
-    QdrantSettings,
-    RecurrenceSettings,
-    Settings,
-)
+from memstream.settings import QdrantSettings, Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.llm import Consolidator, consolidator_from_settings
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.redis_state import RedisState
 from memstream.streaming.broker import Topics, create_app, create_topics, on_start
-from memstream.streams.control import register_control
-from memstream.streams.encode import register_encode
-from memstream.streams.memorize import Memorizer, register_memorize
-from memstream.workers.archive import ArchiveWorker, register_archive
-from memstream.workers.consolidate import ConsolidationWorker, register_consolidate
-from memstream.workers.locks import UserLocks
-from memstream.workers.reminders import ReminderWorker, register_reminders
-from memstream.workers.strength import StrengthWorker, register_strength
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+from memstream.streaming.locks import UserLocks
+from memstream.streaming.services import Services, StageSpec
+from memstream.streams import control, encode, memorize
+from memstream.workers import archive, consolidate, reminders, strength
 
 log = logging.getLogger("memstream")
-P = TypeVar("P", bound="DataclassInstance")
-S = TypeVar("S", bound=BaseModel)
 
 Role = Literal["process", "consolidate", "serve"]
 ALL_ROLES: frozenset[Role] = frozenset({"process", "consolidate", "serve"})
@@ -107,74 +83,6 @@ class Stack:
         for service in reversed(self.embedded):
             service.stop()
         self.embedded.clear()
-
-
-# --- the engine's parameters from the settings' engine sections (memstream/settings.py) --
-
-
-def engine_fields(section: type[BaseModel]) -> list[str]:
-    """The fields of an engine section: those declared ``None`` (= the engine's default)."""
-    return [name for name, f in section.model_fields.items() if f.default is None]
-
-
-def engine_params(params: type[P], section: BaseModel, **renamed: str) -> P:
-    """``params`` with what ``section`` sets; ``renamed`` maps a params field to the section's
-    name for it. An engine field the type lacks is an error, not a setting silently dropped."""
-    name_in_section = {f.name: renamed.get(f.name, f.name) for f in dataclasses.fields(params)}
-    by_section = {v: k for k, v in name_in_section.items()}
-    if stray := sorted(set(engine_fields(type(section))) - set(by_section)):
-        raise TypeError(f"{type(section).__name__}: {params.__name__} has no field for {stray}")
-    values: dict[str, Any] = {
-        by_section[name]: value
-        for name in engine_fields(type(section))
-        if (value := getattr(section, name)) is not None
-    }
-    return params(**values)
-
-
-def written_out(section: S, params: DataclassInstance) -> S:
-    """``section`` with each engine field left None set to the engine's value (a rebuilt
-    generation records what built it, whatever a later version's defaults are)."""
-    unset = [n for n in engine_fields(type(section)) if getattr(section, n) is None]
-    values = section.model_dump() | {n: getattr(params, n) for n in unset}
-    return type(section).model_validate(values)  # validated: the engine's type may be wider
-
-
-def description_encoder(
-    settings: Settings, encoder: OnnxEncoder
-) -> Callable[[Sequence[str]], np.ndarray] | None:
-    """What embeds new cluster descriptions at ingest: only the hierarchical retrieval reads
-    them (``memory.hierarchy.rank_clusters``); in the other modes they were 15% more
-    encoder texts per event (full bench, 1.18 per event) that nothing used. Clusters
-    without one rank by their centroid, so a switch to hierarchical later only ranks
-    the clusters described before it by centroid until their description next changes."""
-    if settings.rpc.short_term_mode != "hierarchical":
-        return None
-    # A cluster's description often repeats; the cache gives the same bytes back.
-    return partial(encoder.encode, cache=True)
-
-
-def cluster_params(c: ClusterSettings) -> ClusterParams:
-    return engine_params(ClusterParams, c)
-
-
-def recurrence_params(r: RecurrenceSettings) -> RecurrenceParams:
-    return engine_params(RecurrenceParams, r)
-
-
-def link_params(c: ConsolidationSettings) -> LinkParams:
-    return engine_params(LinkParams, c, similarity="link_similarity")
-
-
-def strength_params(settings: Settings) -> StrengthParams:
-    return engine_params(
-        StrengthParams,
-        settings.maintenance,
-        boost="strength_boost",
-        decay="strength_decay",
-        floor="strength_floor",
-        interval_s="decay_interval_s",
-    )
 
 
 def open_state(settings: Settings, redis_url: str) -> RedisState:
@@ -243,89 +151,45 @@ def group_id(settings: Settings, roles: frozenset[Role]) -> str:
     return app_id
 
 
+# Every stage of the pipeline, in the order they start: a new stage is one module (its
+# ``STAGE = StageSpec(...)``, ``streaming.services``) and one line here.
+STAGES: tuple[StageSpec, ...] = (
+    encode.STAGE,
+    memorize.STAGE,
+    control.STAGE,
+    consolidate.STAGE,
+    archive.STAGE,
+    strength.STAGE,
+    reminders.STAGE,
+)
+
+
 def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
     settings, metrics = deps.settings, deps.metrics
     app = create_app(settings, app_id=group_id(settings, roles), broker_url=stack.broker_url)
     topics = create_topics(app, settings)
+    # What the consolidate role's stages share, built once before they start.
     consolidator: Consolidator | None = None
-    if "process" in roles:
-        register_encode(
-            app,
-            topics,
-            deps.encoder,
-            metrics,
-            batch_size=settings.encoder.batch_size,
-            within_s=settings.encoder.batch_within_s,
-        )
-        memorizer = Memorizer(
-            state=deps.state,
-            cluster_params=cluster_params(settings.cluster),
-            recurrence_params=recurrence_params(settings.recurrence),
-            window=settings.recurrence.window_turns,
-            embed=description_encoder(settings, deps.encoder),
-        )
-        # memorize takes the batches the encode stage makes (one Redis read and one
-        # transaction per user per batch); a short wait, as events arrive already batched.
-        register_memorize(
-            app,
-            topics,
-            memorizer,
-            metrics,
-            batch_size=settings.encoder.batch_size,
-            within_s=min(settings.encoder.batch_within_s, 0.02),
-        )
-        # Forget commands: the partition owner drops the user's in-flight data too.
-        register_control(app, topics, deps.state, deps.longterm, metrics)
     if "consolidate" in roles:
-        c = settings.consolidation
-        locks = UserLocks()
         consolidator = consolidator_from_settings(
             settings.llm,
             on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc(),
             on_cut=lambda reason: metrics.consolidations_cut.labels(reason).inc(),
         )
-        worker = ConsolidationWorker(
-            state=deps.state,
-            longterm=deps.longterm,
-            consolidator=consolidator,
-            encoder=deps.encoder,
-            metrics=metrics,
-            max_turns=c.max_turns,
-            max_concurrency=c.max_concurrency,
-            min_interval_s=c.min_interval_s,
-            locks=locks,
-            links=link_params(c),
-            strength=strength_params(settings),
-        )
-        register_consolidate(
-            app, topics, worker, metrics, batch_size=c.batch_size, within_s=c.batch_within_s
-        )
-        # Every turn to the archive tier, so the hot tier in Redis may expire (event time).
-        r = settings.redis
-        register_archive(
-            app,
-            topics,
-            ArchiveWorker(deps.state, deps.longterm),
-            metrics,
-            batch_size=r.archive_batch_size,
-            within_s=r.archive_within_s,
-        )
-        # Strength upkeep and reminders write long-term memories too: same role, same locks.
-        m = settings.maintenance
-        register_strength(
-            app,
-            topics,
-            StrengthWorker(deps.longterm, deps.state, locks, strength_params(settings)),
-            metrics,
-            decay_every_s=m.decay_every_s,
-        )
-        register_reminders(
-            app,
-            topics,
-            ReminderWorker(deps.longterm, deps.state, timedelta(seconds=m.reminder_max_late_s)),
-            metrics,
-            every_s=m.reminders_every_s,
-        )
+    services = Services(
+        settings=settings,
+        metrics=metrics,
+        encoder=deps.encoder,
+        state=deps.state,
+        longterm=deps.longterm,
+        app=app,
+        topics=topics,
+        locks=UserLocks(),
+        consolidator=consolidator,
+    )
+    for stage in STAGES:
+        if stage.role in roles:
+            stage.start(services)
     register_samplers(
         app,
         metrics,

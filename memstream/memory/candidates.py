@@ -119,16 +119,8 @@ def score_candidates(
     number, email, product id) in the query is relevance 1.0 whatever the embeddings say.
     """
     p = params or RankingParams()
-    memories: dict[str, ConsolidatedMemory] = {m.memory_id: m for m in keyed}
-    dense_of: dict[str, float] = {}
-    for memory, score in scored:
-        memories.setdefault(memory.memory_id, memory)
-        dense_of[memory.memory_id] = score
-    memory_list = list(memories.values())
-    # Every turn, hot or archived, that says something: small talk never takes budget.
-    rows = np.flatnonzero(turns.salient).astype(np.intp)
-    if short_term_candidates and len(rows) > short_term_candidates:
-        rows = rows[np.argsort(-turns.ts[rows], kind="stable")[:short_term_candidates]]
+    memory_list, dense_of = _found_memories(scored, keyed)
+    rows = _salient_rows(turns, short_term_candidates)
     named = named_speakers(query, turns.speaker_names)
     # A named speaker is matched by the dense side's speaker bonus; left in BM25's query,
     # the name alone made the person's shortest turns ("Wow! What got you into running?")
@@ -140,22 +132,9 @@ def score_candidates(
     keyed_rows = {r for k in keys for r in turns.by_entity.get(k, ())}
     keyed_rows |= named_rows(key_names(keys, turns.names), turns.lexical, turns.positions)
     if clusters is not None and mode == "hierarchical":
-        # The shelf, then the book; BM25's best and key matches too.
-        lexical_all = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))
-        shelf = hierarchical_search(
-            vector, clusters, [turns.ids[r] for r in rows], turns.vectors[rows]
-        )
-        picked = {int(rows[i]) for i in np.argsort(-lexical_all[rows])[:top_k]}
-        picked |= {turns.positions[h.event_id] for h in shelf} | keyed_rows
-        rows = np.array(sorted(picked), dtype=np.intp)
+        rows = _shelf_and_book(vector, clusters, turns, rows, query_tokens, keyed_rows, top_k)
     turn_query = vector if turn_vector is None else turn_vector
-    # Rows are distinct, and the only reordering (the newest-first cap) leaves fewer than
-    # every turn: as many rows as turns is all of them in order, no gather needed (it cost
-    # ~0.1 ms a query for the same 500-row matrix).
-    row_vectors = turns.vectors if len(rows) == len(turns.ids) else turns.vectors[rows]
-    turn_dense = cosine_to_rows(turn_query, row_vectors).astype(np.float64)
-    if named:
-        turn_dense += p.speaker_bonus * np.isin(turns.speaker_of[rows], list(named))
+    turn_dense = _turn_dense(turn_query, turns, rows, named, p.speaker_bonus)
     turn_lexical = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))[rows]
     memory_ts = [_event_time(m, turns) for m in memory_list]
     # What a memory says is as new as its newest shown line: a source it was fed but does
@@ -187,35 +166,14 @@ def score_candidates(
             return 1.0
         return recency_factor(ts, now, p.recency_half_life_days)
 
-    turn_relevance = relevance[len(memory_list) :].copy()
-    if clusters is not None and mode == "expand":
-        cluster_of = _clusters_of(clusters, turns)
-        turn_relevance = expand_in_clusters(
-            turn_relevance,
-            [cluster_of.get(int(r)) for r in rows],
-            seeds=p.expand_seeds,
-            per_seed=p.expand_per_seed,
-            share=p.expand_share,
-        )
-    if p.neighbour_seeds > 0:
-        turn_relevance = lift_neighbours(
-            turn_relevance,
-            _SessionNeighbours(turns, rows, p.neighbour_window),
-            seeds=p.neighbour_seeds,
-            share=p.neighbour_share,
-            seed_min=p.neighbour_seed_min,
-            own_quantile=p.neighbour_own_quantile,
-        )
+    turn_relevance = _lift_related(
+        relevance[len(memory_list) :].copy(), turns, rows, clusters, mode, p
+    )
     keyed_ids = {m.memory_id for m in keyed}
     if keyed_rows or any(newer):
-        at = _index_of_rows(rows, len(turns.ids))
-        hits = at[np.fromiter(keyed_rows, dtype=np.intp)]
-        turn_relevance[hits[hits >= 0]] = KEY_MATCH_RELEVANCE
-        for m, rel, latest_rows in zip(memory_list, relevance, newer, strict=False):
-            lifted = at[np.asarray(latest_rows, dtype=np.intp)]
-            lifted = lifted[lifted >= 0]
-            lift = KEY_MATCH_RELEVANCE if m.memory_id in keyed_ids else float(rel)
-            turn_relevance[lifted] = np.maximum(turn_relevance[lifted], lift)
+        _lift_keyed(
+            turn_relevance, turns, rows, keyed_rows, keyed_ids, memory_list, relevance, newer
+        )
     # A question about a standing attribute reads its newest statements first.
     turn_relevance = lift_attributes(turn_relevance, turns.attribute[rows], turns.ts[rows])
     # A memory lists its sources best first for this query: each takes its own place
@@ -246,15 +204,155 @@ def score_candidates(
         if latest and now is not None
         else 1.0
     )
+    order = _turns_kept(turns, rows, turn_relevance * turn_boost, memory_list, keyed_rows, top_k)
+    out.extend(_turn_candidates(turns, rows, order, turn_relevance, boost, p.strength_span))
+    return out
+
+
+def _found_memories(
+    scored: Sequence[tuple[ConsolidatedMemory, float]], keyed: Sequence[ConsolidatedMemory]
+) -> tuple[list[ConsolidatedMemory], dict[str, float]]:
+    """The memories found, each once (those found by key first), and the cosine of each one
+    found by vector."""
+    memories: dict[str, ConsolidatedMemory] = {m.memory_id: m for m in keyed}
+    dense_of: dict[str, float] = {}
+    for memory, score in scored:
+        memories.setdefault(memory.memory_id, memory)
+        dense_of[memory.memory_id] = score
+    return list(memories.values()), dense_of
+
+
+def _salient_rows(turns: TurnRows, newest: int) -> npt.NDArray[np.intp]:
+    """Every turn, hot or archived, that says something: small talk never takes budget;
+    only the ``newest`` this many of them when given (0: all)."""
+    rows = np.flatnonzero(turns.salient).astype(np.intp)
+    if newest and len(rows) > newest:
+        rows = rows[np.argsort(-turns.ts[rows], kind="stable")[:newest]]
+    return rows
+
+
+def _shelf_and_book(
+    vector: np.ndarray,
+    clusters: Sequence[Cluster],
+    turns: TurnRows,
+    rows: np.ndarray,
+    query_tokens: Sequence[str],
+    keyed_rows: set[int],
+    top_k: int,
+) -> npt.NDArray[np.intp]:
+    """The hierarchical mode's rows, in turn order: CLAG's shelf, then the book; BM25's
+    ``top_k`` best and the key matches too."""
+    lexical_all = turns.lexical.scores(query_tokens, turns.positions, len(turns.ids))
+    shelf = hierarchical_search(vector, clusters, [turns.ids[r] for r in rows], turns.vectors[rows])
+    picked = {int(rows[i]) for i in np.argsort(-lexical_all[rows])[:top_k]}
+    picked |= {turns.positions[h.event_id] for h in shelf} | keyed_rows
+    return np.array(sorted(picked), dtype=np.intp)
+
+
+def _turn_dense(
+    turn_query: np.ndarray,
+    turns: TurnRows,
+    rows: np.ndarray,
+    named: frozenset[str],
+    speaker_bonus: float,
+) -> npt.NDArray[np.float64]:
+    """The dense score of each candidate turn: its cosine with the query, plus
+    ``speaker_bonus`` where the query names its speaker."""
+    # Rows are distinct, and the only reordering (the newest-first cap) leaves fewer than
+    # every turn: as many rows as turns is all of them in order, no gather needed (it cost
+    # ~0.1 ms a query for the same 500-row matrix).
+    row_vectors = turns.vectors if len(rows) == len(turns.ids) else turns.vectors[rows]
+    turn_dense = cosine_to_rows(turn_query, row_vectors).astype(np.float64)
+    if named:
+        turn_dense += speaker_bonus * np.isin(turns.speaker_of[rows], list(named))
+    return turn_dense
+
+
+def _lift_related(
+    turn_relevance: npt.NDArray[np.float64],
+    turns: TurnRows,
+    rows: np.ndarray,
+    clusters: Sequence[Cluster] | None,
+    mode: ShortTermMode,
+    p: RankingParams,
+) -> npt.NDArray[np.float64]:
+    """The turns' relevance with the cluster-mates (expand mode) and the session neighbours
+    of the best hits lifted."""
+    if clusters is not None and mode == "expand":
+        cluster_of = _clusters_of(clusters, turns)
+        turn_relevance = expand_in_clusters(
+            turn_relevance,
+            [cluster_of.get(int(r)) for r in rows],
+            seeds=p.expand_seeds,
+            per_seed=p.expand_per_seed,
+            share=p.expand_share,
+        )
+    if p.neighbour_seeds > 0:
+        turn_relevance = lift_neighbours(
+            turn_relevance,
+            _SessionNeighbours(turns, rows, p.neighbour_window),
+            seeds=p.neighbour_seeds,
+            share=p.neighbour_share,
+            seed_min=p.neighbour_seed_min,
+            own_quantile=p.neighbour_own_quantile,
+        )
+    return turn_relevance
+
+
+def _lift_keyed(
+    turn_relevance: npt.NDArray[np.float64],
+    turns: TurnRows,
+    rows: np.ndarray,
+    keyed_rows: set[int],
+    keyed_ids: set[str],
+    memory_list: list[ConsolidatedMemory],
+    relevance: npt.NDArray[np.float64],
+    newer: list[list[int]],
+) -> None:
+    """In place: a turn matching a key of the query is as relevant as can be, and a memory's
+    newer statements (``newer``) at least as relevant as the memory (a keyed one: as can be)."""
+    at = _index_of_rows(rows, len(turns.ids))
+    hits = at[np.fromiter(keyed_rows, dtype=np.intp)]
+    turn_relevance[hits[hits >= 0]] = KEY_MATCH_RELEVANCE
+    for m, rel, latest_rows in zip(memory_list, relevance, newer, strict=False):
+        lifted = at[np.asarray(latest_rows, dtype=np.intp)]
+        lifted = lifted[lifted >= 0]
+        lift = KEY_MATCH_RELEVANCE if m.memory_id in keyed_ids else float(rel)
+        turn_relevance[lifted] = np.maximum(turn_relevance[lifted], lift)
+
+
+def _turns_kept(
+    turns: TurnRows,
+    rows: np.ndarray,
+    merit: np.ndarray,
+    memory_list: list[ConsolidatedMemory],
+    keyed_rows: set[int],
+    top_k: int,
+) -> npt.NDArray[np.intp]:
+    """Indices into ``rows`` of the turns worth a candidate, best ``merit`` first (newest
+    first among equals), formulaic ones left out."""
     # rank() keeps top_k turns and drops only turns a found memory covers: the turns, best
     # first, up to the top_k-th one no memory covers give it the answer all of them would.
-    order = np.lexsort((-turns.ts[rows], -(turn_relevance * turn_boost)))
+    order = np.lexsort((-turns.ts[rows], -merit))
     sources = [e for m in memory_list for e in m.source_event_ids if e in turns.positions]
     coverable = np.zeros(len(turns.ids), dtype=bool)
     coverable[[turns.positions[e] for e in sources]] = True
     uncovered = np.cumsum(~coverable[rows[order]])
     order = order[: int(np.searchsorted(uncovered, top_k)) + 1]
-    order = order[~_formulaic(rows[order], turns, keyed_rows)]
+    kept: npt.NDArray[np.intp] = order[~_formulaic(rows[order], turns, keyed_rows)]
+    return kept
+
+
+def _turn_candidates(
+    turns: TurnRows,
+    rows: np.ndarray,
+    order: npt.NDArray[np.intp],
+    turn_relevance: npt.NDArray[np.float64],
+    boost: Callable[[datetime], float],
+    strength_span: float,
+) -> list[Candidate]:
+    """The turn candidates, in ``order``; a promise's text says whether it was kept."""
+    out: list[Candidate] = []
     for i in order:
         turn = turns.docs[int(rows[i])]
         text = turns.texts[int(rows[i])]
@@ -272,7 +370,7 @@ def score_candidates(
                 ts=turn.ts,
                 source_event_ids=(turn.event_id,),
                 boost=boost(turn.ts),
-                strength_span=p.strength_span,
+                strength_span=strength_span,
                 heading=heading,
                 body=body,
             )

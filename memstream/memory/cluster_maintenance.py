@@ -207,109 +207,14 @@ def maintain(
     params: ClusterParams,
     vectors: Mapping[str, FloatArray],
 ) -> tuple[ClusterState, MaintenanceReport]:
+    # The five steps of the module docstring, in that order; each works on ``clusters``.
     clusters = list(state.clusters)
-    next_number = state.next_number
-    splits = merges = archived = 0
-
-    # 1. split
-    for c in split_candidates(state, params):
-        halves = split(c, vectors, f"c{next_number}", now, params)
-        if halves is None:
-            continue
-        next_number += 1
-        splits += 1
-        position = next(i for i, x in enumerate(clusters) if x.cluster_id == c.cluster_id)
-        clusters[position] = halves[0]
-        clusters.append(halves[1])
-
-    # 2. merge active pairs above the bound, most similar first, each cluster once per pass
-    active = [i for i, c in enumerate(clusters) if not c.archived]
-    # Only a cluster changed since the last maintenance can have come close to another:
-    # compare those rows with all (20 x 500 instead of 500 x 500 similarities).
-    since = state.maintained_ts
-    fresh = [r for r, i in enumerate(active) if clusters[i].updated_ts > since]
-    if len(active) > 1 and fresh:
-        # Without a split the clusters are the state's: reuse its centroid matrix.
-        m = (
-            state.active_centroids
-            if splits == 0
-            else np.stack([clusters[i].centroid for i in active])
-        )
-        # One matrix-vector product per fresh row, not one matrix product: a multithreaded
-        # BLAS GEMM waits for every core (measured 50 ms median on a busy 2-core machine,
-        # against 0.6 ms for these 20 products).
-        sims = np.stack([m @ m[r] for r in fresh])
-        found: dict[tuple[int, int], float] = {}
-        for f, col in zip(*np.nonzero(sims > params.cluster_merge_threshold), strict=True):
-            r, other = fresh[int(f)], int(col)
-            if r != other:
-                found[(min(r, other), max(r, other))] = float(sims[f, col])
-        pairs = sorted(found, key=lambda p: (-found[p], p))
-        used: set[int] = set()
-        gone: set[int] = set()
-        for r, col in pairs:
-            if r in used or col in used:
-                continue
-            used.update((r, col))
-            a, b = active[r], active[col]
-            clusters[a] = merge_pair(clusters[a], clusters[b], now, params)
-            gone.add(b)
-            merges += 1
-        clusters = [c for i, c in enumerate(clusters) if i not in gone]
-
-    # 3. decay and archive; in the same pass, the sizes and the stale descriptions
-    active_sizes: list[int] = []
-    stale: list[int] = []
-    for i, c in enumerate(clusters):
-        if c.archived:
-            continue
-        if not c.pinned and c.energy_at(now, params) < params.archive_energy:
-            clusters[i] = replace(c, archived=True, energy=c.energy_at(now, params), energy_ts=now)
-            archived += 1
-            continue
-        active_sizes.append(len(c.members))
-        if _needs_description(c, now, params):
-            stale.append(i)
-
-    # 4. adapt the thresholds within their bounds
-    merge_t, create_t, streak = state.merge_threshold, state.create_threshold, state.growth_streak
-    mean_size = sum(active_sizes) / len(active_sizes) if active_sizes else 0.0
-    streak = streak + 1 if mean_size > state.last_mean_size else 0
-    if streak >= params.growth_streak and mean_size > params.split_min_size / 2:
-        merge_t, streak = min(params.merge_threshold_max, merge_t + params.threshold_step), 0
-    opened = state.created_since_maintenance + splits
-    if (
-        state.since_maintenance > 0
-        and len(active_sizes) >= params.maintain_every
-        and opened / state.since_maintenance > params.explode_ratio
-    ):
-        create_t = max(params.create_threshold_min, create_t - params.threshold_step)
-    create_t = min(create_t, merge_t)
-
-    # 5. descriptions, each against the cluster's nearest active neighbours: what must tell
-    # it apart from the topics it could be mistaken for (and O(neighbours), not O(clusters))
-    described: list[str] = []
-    if stale:
-        active = [i for i, c in enumerate(clusters) if not c.archived]
-        same = splits == 0 and merges == 0 and archived == 0
-        m = state.active_centroids if same else np.stack([clusters[i].centroid for i in active])
-        for i in stale:
-            c = clusters[i]
-            near = np.argsort(-(m @ c.centroid), kind="stable")[: DESCRIBE_AGAINST + 1]
-            df: Counter[str] = Counter()
-            for j in near:
-                df.update(clusters[active[int(j)]].term_counts.keys())
-            text = keywords(c, df, len(near), params.description_keywords)
-            if text != c.description:
-                described.append(c.cluster_id)
-            clusters[i] = replace(
-                c,
-                description=text,
-                description_vector=c.description_vector if text == c.description else None,
-                described_size=c.size,
-                described_ts=now,
-            )
-
+    next_number, splits = _split_step(state, clusters, now, params, vectors)
+    clusters, merges = _merge_step(state, clusters, splits > 0, now, params)
+    active_sizes, stale, archived = _archive_step(clusters, now, params)
+    merge_t, create_t, streak, mean_size = _adapted_thresholds(state, params, active_sizes, splits)
+    same = splits == 0 and merges == 0 and archived == 0
+    described = _describe_step(state, clusters, stale, same, now, params)
     new_state = replace(
         state,
         clusters=tuple(clusters),
@@ -323,6 +228,150 @@ def maintain(
         maintained_ts=now,
     )
     return new_state, MaintenanceReport(splits, merges, archived, tuple(described))
+
+
+def _split_step(
+    state: ClusterState,
+    clusters: list[Cluster],
+    now: float,
+    params: ClusterParams,
+    vectors: Mapping[str, FloatArray],
+) -> tuple[int, int]:
+    """1. Split each candidate in place (its second half appended); (the next cluster
+    number, the splits made)."""
+    next_number = state.next_number
+    splits = 0
+    for c in split_candidates(state, params):
+        halves = split(c, vectors, f"c{next_number}", now, params)
+        if halves is None:
+            continue
+        next_number += 1
+        splits += 1
+        position = next(i for i, x in enumerate(clusters) if x.cluster_id == c.cluster_id)
+        clusters[position] = halves[0]
+        clusters.append(halves[1])
+    return next_number, splits
+
+
+def _merge_step(
+    state: ClusterState, clusters: list[Cluster], split_any: bool, now: float, params: ClusterParams
+) -> tuple[list[Cluster], int]:
+    """2. Merge active pairs above the bound, most similar first, each cluster once per pass;
+    (the clusters left, the merges made)."""
+    active = [i for i, c in enumerate(clusters) if not c.archived]
+    # Only a cluster changed since the last maintenance can have come close to another:
+    # compare those rows with all (20 x 500 instead of 500 x 500 similarities).
+    since = state.maintained_ts
+    fresh = [r for r, i in enumerate(active) if clusters[i].updated_ts > since]
+    if len(active) <= 1 or not fresh:
+        return clusters, 0
+    # Without a split the clusters are the state's: reuse its centroid matrix.
+    m = np.stack([clusters[i].centroid for i in active]) if split_any else state.active_centroids
+    merges = 0
+    gone: set[int] = set()
+    used: set[int] = set()
+    for r, col in _merge_pairs(m, fresh, params.cluster_merge_threshold):
+        if r in used or col in used:
+            continue
+        used.update((r, col))
+        a, b = active[r], active[col]
+        clusters[a] = merge_pair(clusters[a], clusters[b], now, params)
+        gone.add(b)
+        merges += 1
+    return [c for i, c in enumerate(clusters) if i not in gone], merges
+
+
+def _merge_pairs(m: FloatArray, fresh: list[int], threshold: float) -> list[tuple[int, int]]:
+    """The pairs of rows of ``m`` (one of them in ``fresh``) whose similarity exceeds
+    ``threshold``, most similar first (ties by row)."""
+    # One matrix-vector product per fresh row, not one matrix product: a multithreaded
+    # BLAS GEMM waits for every core (measured 50 ms median on a busy 2-core machine,
+    # against 0.6 ms for these 20 products).
+    sims = np.stack([m @ m[r] for r in fresh])
+    found: dict[tuple[int, int], float] = {}
+    for f, col in zip(*np.nonzero(sims > threshold), strict=True):
+        r, other = fresh[int(f)], int(col)
+        if r != other:
+            found[(min(r, other), max(r, other))] = float(sims[f, col])
+    return sorted(found, key=lambda p: (-found[p], p))
+
+
+def _archive_step(
+    clusters: list[Cluster], now: float, params: ClusterParams
+) -> tuple[list[int], list[int], int]:
+    """3. Decay and archive in place; in the same pass, the sizes of the clusters still
+    active and the positions of the stale descriptions; (sizes, stale, archived)."""
+    active_sizes: list[int] = []
+    stale: list[int] = []
+    archived = 0
+    for i, c in enumerate(clusters):
+        if c.archived:
+            continue
+        if not c.pinned and c.energy_at(now, params) < params.archive_energy:
+            clusters[i] = replace(c, archived=True, energy=c.energy_at(now, params), energy_ts=now)
+            archived += 1
+            continue
+        active_sizes.append(len(c.members))
+        if _needs_description(c, now, params):
+            stale.append(i)
+    return active_sizes, stale, archived
+
+
+def _adapted_thresholds(
+    state: ClusterState, params: ClusterParams, active_sizes: list[int], splits: int
+) -> tuple[float, float, int, float]:
+    """4. The thresholds adapted within their bounds; (merge, create, growth streak, mean
+    active size)."""
+    merge_t, create_t, streak = state.merge_threshold, state.create_threshold, state.growth_streak
+    mean_size = sum(active_sizes) / len(active_sizes) if active_sizes else 0.0
+    streak = streak + 1 if mean_size > state.last_mean_size else 0
+    if streak >= params.growth_streak and mean_size > params.split_min_size / 2:
+        merge_t, streak = min(params.merge_threshold_max, merge_t + params.threshold_step), 0
+    opened = state.created_since_maintenance + splits
+    if (
+        state.since_maintenance > 0
+        and len(active_sizes) >= params.maintain_every
+        and opened / state.since_maintenance > params.explode_ratio
+    ):
+        create_t = max(params.create_threshold_min, create_t - params.threshold_step)
+    create_t = min(create_t, merge_t)
+    return merge_t, create_t, streak, mean_size
+
+
+def _describe_step(
+    state: ClusterState,
+    clusters: list[Cluster],
+    stale: list[int],
+    same: bool,
+    now: float,
+    params: ClusterParams,
+) -> list[str]:
+    """5. Describe the stale clusters in place, each against its nearest active neighbours:
+    what must tell it apart from the topics it could be mistaken for (and O(neighbours), not
+    O(clusters)); the ids whose text changed. ``same``: the clusters are still the state's
+    (its centroid matrix is reused)."""
+    described: list[str] = []
+    if not stale:
+        return described
+    active = [i for i, c in enumerate(clusters) if not c.archived]
+    m = state.active_centroids if same else np.stack([clusters[i].centroid for i in active])
+    for i in stale:
+        c = clusters[i]
+        near = np.argsort(-(m @ c.centroid), kind="stable")[: DESCRIBE_AGAINST + 1]
+        df: Counter[str] = Counter()
+        for j in near:
+            df.update(clusters[active[int(j)]].term_counts.keys())
+        text = keywords(c, df, len(near), params.description_keywords)
+        if text != c.description:
+            described.append(c.cluster_id)
+        clusters[i] = replace(
+            c,
+            description=text,
+            description_vector=c.description_vector if text == c.description else None,
+            described_size=c.size,
+            described_ts=now,
+        )
+    return described
 
 
 def _needs_description(c: Cluster, now: float, params: ClusterParams) -> bool:

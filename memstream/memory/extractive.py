@@ -439,6 +439,22 @@ def _open_actions(
     texts = unique(s.text for s in reversed(promises))
     left_out = len(texts) > MAX_PROMISES
     words = {text: set(tokenize(text)) - PROMISE_WORDS - known for text in texts[:MAX_PROMISES]}
+    resolved_at = _resolutions(sentences, promises, words, known, work)
+    kept = _unresolved(promises, states, resolved_at)
+    left_out = left_out or len(resolved_at) < len(words) or len(kept) > MAX_OPEN_ACTIONS
+    return kept[-MAX_OPEN_ACTIONS:], left_out
+
+
+def _resolutions(
+    sentences: list[_Sentence],
+    promises: list[_Sentence],
+    words: dict[str, set[str]],
+    known: set[str],
+    work: _Budget,
+) -> dict[str, datetime | None]:
+    """Each promise text checked (``words``: its content words, newest promise first) ->
+    its newest resolver's time, None when nothing resolves it; the texts the budget stopped
+    before are absent."""
     wanted = set().union(*words.values())
     index: dict[str, list[int]] = {}  # content word -> positions of sentences saying it
     for j, o in enumerate(sentences):
@@ -446,25 +462,49 @@ def _open_actions(
             for w in o.tokens & wanted:
                 index.setdefault(w, []).append(j)
     since = {s.text: s.turn.ts for s in reversed(promises)}  # each text's first statement
-    resolved_at: dict[str, datetime | None] = {}  # text -> its newest resolver's time
+    resolved_at: dict[str, datetime | None] = {}
     for text, content in words.items():
-        resolver = None
-        asked: set[str] = set()
-        for j in sorted(set().union(*(index.get(w, ()) for w in content)), reverse=True):
-            o = sentences[j]
-            if o.turn.ts <= since[text]:
-                break
-            if o.text in asked:
-                continue
-            if not work.spend():
-                break
-            asked.add(o.text)
-            if resolves(text, o.text, ignore=known):
-                resolver = o.turn.ts
-                break
+        resolver = _newest_resolver(text, content, sentences, index, since[text], known, work)
         if work.out:
             break  # this promise and older ones unchecked
         resolved_at[text] = resolver
+    return resolved_at
+
+
+def _newest_resolver(
+    text: str,
+    content: set[str],
+    sentences: list[_Sentence],
+    index: dict[str, list[int]],
+    since: datetime,
+    known: set[str],
+    work: _Budget,
+) -> datetime | None:
+    """The time of the newest sentence after ``since`` sharing a content word with the
+    promise ``text`` that says it happened (each distinct text asked once), or None;
+    None too when the budget runs out (the caller reads ``work.out``)."""
+    asked: set[str] = set()
+    for j in sorted(set().union(*(index.get(w, ()) for w in content)), reverse=True):
+        o = sentences[j]
+        if o.turn.ts <= since:
+            break
+        if o.text in asked:
+            continue
+        if not work.spend():
+            break
+        asked.add(o.text)
+        if resolves(text, o.text, ignore=known):
+            return o.turn.ts
+    return None
+
+
+def _unresolved(
+    promises: list[_Sentence],
+    states: list[_Sentence],
+    resolved_at: dict[str, datetime | None],
+) -> list[OpenAction]:
+    """The checked promises no later resolver answered and no later state made moot, first
+    statement of each distinct text, oldest first."""
     ended: dict[str | None, datetime | None] = {}  # family -> latest state that ends it
     actions: dict[str, OpenAction] = {}
     for s in promises:
@@ -483,9 +523,7 @@ def _open_actions(
         if norm(text) not in actions:
             due = parse_due(s.text, s.turn.ts)
             actions[norm(text)] = OpenAction(text=text, due=due, event_id=s.turn.event_id)
-    kept = list(actions.values())
-    left_out = left_out or len(resolved_at) < len(words) or len(kept) > MAX_OPEN_ACTIONS
-    return kept[-MAX_OPEN_ACTIONS:], left_out
+    return list(actions.values())
 
 
 def _cosine(a: frozenset[str], b: frozenset[str]) -> float:

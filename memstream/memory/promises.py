@@ -693,27 +693,45 @@ def _clause_done(words: Sequence[str]) -> bool:
     collecting = _COLLECT in _clause_acts(words)  # "picked the desk up", not "picked"
     for i, word in enumerate(words):
         if _past(word) or _passive_past(words, i):
-            nxt = words[i + 1] if i + 1 < len(words) else ""
-            if word == "used" and nxt == "to":
-                return False
-            if word == "got" and _participle(nxt):
-                continue  # "got held up", "got refunded": the participle says what happened
-            if word in _STEPS and not (word == "picked" and collecting):
-                continue  # "it was confirmed", but "DPD confirmed it arrived"
-            return not _journey_step(words, i, collecting)
-        # "has been" is a visit only at the end ("the plumber has been (and gone)"); before a
-        # participle or a place it is an auxiliary ("has been scanned", "has been in Rugby")
-        visit = word == "been" and words[i + 1 : i + 2] in ([], ["and"])
-        if (word in _HAVE_PARTICIPLES or visit) and i > 0:
-            # "has gone", "'s come", "'ve given": the auxiliary may be a noun's "'s"
-            before = words[i - 1] if words[i - 1] not in _ADVERBS or i < 2 else words[i - 2]
-            if before in _HAVE or before.endswith("'s") or before == "is":
-                return True
-        if (word in ("is", "are") or word.endswith("'s")) and i > 0 and _arrived(words, i):
+            verdict = _past_verdict(words, i, collecting)
+            if verdict is None:
+                continue
+            return verdict
+        if _done_now(words, i):
             return True
-        if word in ("see", "seen") and _owned_place(words[i + 1 :]):
-            return True  # "I can see the money in my account"
     return False
+
+
+def _past_verdict(words: Sequence[str], i: int, collecting: bool) -> bool | None:
+    """What the past verb at ``i`` says of the clause: done, not done, or nothing (None:
+    read on, the verb is only a step or an auxiliary of what happened)."""
+    word = words[i]
+    nxt = words[i + 1] if i + 1 < len(words) else ""
+    if word == "used" and nxt == "to":
+        return False
+    if word == "got" and _participle(nxt):
+        return None  # "got held up", "got refunded": the participle says what happened
+    if word in _STEPS and not (word == "picked" and collecting):
+        return None  # "it was confirmed", but "DPD confirmed it arrived"
+    return not _journey_step(words, i, collecting)
+
+
+def _done_now(words: Sequence[str], i: int) -> bool:
+    """The word at ``i`` (not a past verb) says the thing has happened: a present perfect
+    ("has gone"), a visit ("has been"), an arrival ("it's here") or a sighting ("I can see
+    the money in my account")."""
+    word = words[i]
+    # "has been" is a visit only at the end ("the plumber has been (and gone)"); before a
+    # participle or a place it is an auxiliary ("has been scanned", "has been in Rugby")
+    visit = word == "been" and words[i + 1 : i + 2] in ([], ["and"])
+    if (word in _HAVE_PARTICIPLES or visit) and i > 0:
+        # "has gone", "'s come", "'ve given": the auxiliary may be a noun's "'s"
+        before = words[i - 1] if words[i - 1] not in _ADVERBS or i < 2 else words[i - 2]
+        if before in _HAVE or before.endswith("'s") or before == "is":
+            return True
+    if (word in ("is", "are") or word.endswith("'s")) and i > 0 and _arrived(words, i):
+        return True
+    return word in ("see", "seen") and _owned_place(words[i + 1 :])
 
 
 # What keeps a record of what happened, and its verb: "our records show", "the log confirms".

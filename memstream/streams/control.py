@@ -13,17 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-import faust
-
-from memstream.metrics import Metrics
 from memstream.schemas import Control
 from memstream.stores.forget import forget_user
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.streaming.broker import Topics
+from memstream.streaming.services import Services, StageSpec
 from memstream.streaming.stage import Outcome, Received, Stage
 
-STAGE = "control"
+NAME = "control"
 
 
 @dataclass
@@ -47,13 +44,11 @@ class Controller:
         return "ok"
 
 
-def register_control(
-    app: faust.App,
-    topics: Topics,
-    state: ShortTermState,
-    longterm: LongTermStore,
-    metrics: Metrics,
-) -> None:
-    stage = Stage(STAGE, topics.control, topics.dlq, metrics)
-    controller = Controller(stage, state, longterm)
-    stage.per_message(app, Control, controller.handle, agent="memstream.control")
+def start(services: Services) -> None:
+    stage = services.stage(NAME, services.topics.control)
+    controller = Controller(stage, services.state, services.longterm)
+    stage.per_message(services.app, Control, controller.handle, agent="memstream.control")
+
+
+# Forget commands: the partition owner drops the user's in-flight data too.
+STAGE = StageSpec("process", start, names=(NAME,))

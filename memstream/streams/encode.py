@@ -10,13 +10,12 @@ import faust
 import numpy as np
 import orjson
 
-from memstream.metrics import Metrics
 from memstream.schemas import InteractionEvent
 from memstream.stores.text_encoder import TextEncoder
-from memstream.streaming.broker import Topics
+from memstream.streaming.services import Services, StageSpec
 from memstream.streaming.stage import Received, Stage
 
-STAGE = "encode"
+NAME = "encode"
 
 
 def text_for_embedding(event: InteractionEvent) -> str:
@@ -99,25 +98,21 @@ class EventEncoder:
         return row
 
 
-def register_encode(
-    app: faust.App,
-    topics: Topics,
-    encoder: TextEncoder,
-    metrics: Metrics,
-    *,
-    batch_size: int,
-    within_s: float,
-) -> None:
-    stage = Stage(STAGE, topics.events, topics.dlq, metrics)
-    handler = EventEncoder(stage, encoder, topics.encoded)
+def start(services: Services) -> None:
+    topics, batching = services.topics, services.settings.encoder
+    stage = services.stage(NAME, topics.events)
+    handler = EventEncoder(stage, services.encoder, topics.encoded)
     # Eager (an event of an idle stage is encoded at once, not after within_s) and
     # pipelined: the encoder runs batch N+1 while the event loop sends batch N.
     stage.pipelined(
-        app,
+        services.app,
         InteractionEvent,
         handler.encode,
         handler.publish,
         agent="memstream.encode",
-        batch_size=batch_size,
-        within_s=within_s,
+        batch_size=batching.batch_size,
+        within_s=batching.batch_within_s,
     )
+
+
+STAGE = StageSpec("process", start, names=(NAME,))

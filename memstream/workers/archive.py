@@ -19,21 +19,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-import faust
 import numpy as np
 
 from memstream.memory.turns import stored_turn
 from memstream.memory.vectors import normalize
-from memstream.metrics import Metrics
 from memstream.schemas import EncodedEvent
 from memstream.stores.cpu import off_loop
 from memstream.stores.forget import forgotten
 from memstream.stores.longterm import ArchivedTurn, LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.streaming.broker import Topics
-from memstream.streaming.stage import Received, Stage
+from memstream.streaming.services import Services, StageSpec
+from memstream.streaming.stage import Received
 
-STAGE = "archive"
+NAME = "archive"
 
 
 def archived_turn(encoded: EncodedEvent) -> ArchivedTurn:
@@ -92,16 +90,9 @@ def _forgotten(
     return forgotten(tombstone, turn.turn.ts.timestamp(), arrived)
 
 
-def register_archive(
-    app: faust.App,
-    topics: Topics,
-    worker: ArchiveWorker,
-    metrics: Metrics,
-    *,
-    batch_size: int,
-    within_s: float,
-) -> None:
-    stage = Stage(STAGE, topics.encoded, topics.dlq, metrics)
+def start(services: Services) -> None:
+    worker = ArchiveWorker(services.state, services.longterm)
+    stage = services.stage(NAME, services.topics.encoded)
 
     async def archive_one(item: Received[EncodedEvent]) -> int:
         return await worker.archive([item.value], [item.arrived])
@@ -117,12 +108,17 @@ def register_archive(
 
     # Bad records are the memorize stage's to dead-letter; here they are only skipped, so
     # one bad message never lands in the DLQ twice.
+    r = services.settings.redis
     stage.batched(
-        app,
+        services.app,
         EncodedEvent,
         handle,
         agent="memstream.archive",
-        batch_size=batch_size,
-        within_s=within_s,
+        batch_size=r.archive_batch_size,
+        within_s=r.archive_within_s,
         invalid="skip",
     )
+
+
+# Every turn to the archive tier, so the hot tier in Redis may expire (event time).
+STAGE = StageSpec("consolidate", start, names=(NAME,))

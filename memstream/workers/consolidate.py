@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-import faust
 import numpy as np
 
 from memstream.memory.consolidation import merge_memory, reinforced
@@ -37,11 +36,12 @@ from memstream.stores.llm import Consolidator, build_messages
 from memstream.stores.longterm import LongTermStore, memory_point_id
 from memstream.stores.short_term import ShortTermState
 from memstream.stores.text_encoder import TextEncoder, TokenCounter
-from memstream.streaming.broker import Topics
-from memstream.streaming.stage import Received, Stage
-from memstream.workers.locks import UserLocks
+from memstream.streaming.locks import UserLocks
+from memstream.streaming.params import link_params, strength_params
+from memstream.streaming.services import Services, StageSpec
+from memstream.streaming.stage import Received
 
-STAGE = "consolidate"
+NAME = "consolidate"
 # How long a job waits for the archive to hold a trigger's turns that left the hot tier.
 ARCHIVE_WAIT_S = 30.0
 
@@ -202,16 +202,23 @@ class ConsolidationWorker:
         await self.state.mark_trigger_done(job.tenant_id, job.user_id, job.trigger_id)
 
 
-def register_consolidate(
-    app: faust.App,
-    topics: Topics,
-    worker: ConsolidationWorker,
-    metrics: Metrics,
-    *,
-    batch_size: int,
-    within_s: float,
-) -> None:
-    stage = Stage(STAGE, topics.triggers, topics.dlq, metrics)
+def start(services: Services) -> None:
+    settings, topics = services.settings, services.topics
+    c = settings.consolidation
+    worker = ConsolidationWorker(
+        state=services.state,
+        longterm=services.longterm,
+        consolidator=services.role_consolidator(),
+        encoder=services.encoder,
+        metrics=services.metrics,
+        max_turns=c.max_turns,
+        max_concurrency=c.max_concurrency,
+        min_interval_s=c.min_interval_s,
+        locks=services.locks,
+        links=link_params(c),
+        strength=strength_params(settings),
+    )
+    stage = services.stage(NAME, topics.triggers)
 
     async def run(job: Job) -> ConsolidatedMemory | None:
         return await stage.retry(partial(worker.run_job, job))
@@ -244,10 +251,13 @@ def register_consolidate(
         return handled
 
     stage.batched(
-        app,
+        services.app,
         RecurrenceTrigger,
         handle,
         agent="memstream.consolidate",
-        batch_size=batch_size,
-        within_s=within_s,
+        batch_size=c.batch_size,
+        within_s=c.batch_within_s,
     )
+
+
+STAGE = StageSpec("consolidate", start, names=(NAME,))

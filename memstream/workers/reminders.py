@@ -15,17 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import faust
-
 from memstream.memory.reminders import due_reminders
-from memstream.metrics import Metrics
 from memstream.schemas import Reminder
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.streaming.broker import Topics
+from memstream.streaming.services import Services, StageSpec
 from memstream.streaming.stage import periodic
 
-STAGE = "reminders"
+NAME = "reminders"
 SCAN_PAGE = 256
 
 Send = Callable[[Reminder], Awaitable[None]]
@@ -64,11 +61,14 @@ class ReminderWorker:
                 return sent
 
 
-def register_reminders(
-    app: faust.App, topics: Topics, worker: ReminderWorker, metrics: Metrics, *, every_s: float
-) -> None:
+def start(services: Services) -> None:
+    m = services.settings.maintenance
+    worker = ReminderWorker(
+        services.longterm, services.state, timedelta(seconds=m.reminder_max_late_s)
+    )
+
     async def send(reminder: Reminder) -> None:
-        delivery = await topics.reminders.send(
+        delivery = await services.topics.reminders.send(
             key=reminder.user_key.encode(),
             value=reminder.model_dump_json().encode(),
         )
@@ -77,4 +77,15 @@ def register_reminders(
     async def emit() -> int:
         return await worker.emit_due(datetime.now(UTC), send)
 
-    periodic(app, metrics, emit, stage=STAGE, every_s=every_s, name="memstream.reminders")
+    periodic(
+        services.app,
+        services.metrics,
+        emit,
+        stage=NAME,
+        every_s=m.reminders_every_s,
+        name="memstream.reminders",
+    )
+
+
+# Reminders are the consolidate role's, beside the memories they are due from.
+STAGE = StageSpec("consolidate", start, names=(NAME,))

@@ -19,19 +19,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
-import faust
-
 from memstream.memory.strength import StrengthParams, boost_all, decayed
-from memstream.metrics import Metrics
 from memstream.schemas import Feedback
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
-from memstream.streaming.broker import Topics
-from memstream.streaming.stage import Outcome, Received, Stage, periodic
-from memstream.workers.locks import UserLocks
+from memstream.streaming.locks import UserLocks
+from memstream.streaming.params import strength_params
+from memstream.streaming.services import Services, StageSpec
+from memstream.streaming.stage import Outcome, Received, periodic
 
-FEEDBACK_STAGE = "feedback"
-DECAY_STAGE = "decay"
+FEEDBACK_NAME = "feedback"
+DECAY_NAME = "decay"
 SCAN_PAGE = 256
 USERS_PAGE = 512  # users whose clocks the decay pass reads in one round trip
 
@@ -106,23 +104,30 @@ class StrengthWorker:
         return sum(a is not m for a, m in zip(after, fresh, strict=True))
 
 
-def register_strength(
-    app: faust.App,
-    topics: Topics,
-    worker: StrengthWorker,
-    metrics: Metrics,
-    *,
-    decay_every_s: float,
-) -> None:
-    stage = Stage(FEEDBACK_STAGE, topics.feedback, topics.dlq, metrics)
+def start(services: Services) -> None:
+    worker = StrengthWorker(
+        services.longterm, services.state, services.locks, strength_params(services.settings)
+    )
+    stage = services.stage(FEEDBACK_NAME, services.topics.feedback)
 
     async def handle(message: Received[Feedback]) -> Outcome:
         await stage.retry(partial(worker.apply_feedback, message.value))
         return "ok"
 
-    stage.per_message(app, Feedback, handle, agent="memstream.feedback")
+    stage.per_message(services.app, Feedback, handle, agent="memstream.feedback")
 
     async def decay() -> int:
         return await worker.decay_all()
 
-    periodic(app, metrics, decay, stage=DECAY_STAGE, every_s=decay_every_s, name="memstream.decay")
+    periodic(
+        services.app,
+        services.metrics,
+        decay,
+        stage=DECAY_NAME,
+        every_s=services.settings.maintenance.decay_every_s,
+        name="memstream.decay",
+    )
+
+
+# Strength upkeep writes long-term memories too: the consolidate role's, under its locks.
+STAGE = StageSpec("consolidate", start, names=(FEEDBACK_NAME, DECAY_NAME))

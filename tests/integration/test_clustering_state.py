@@ -41,7 +41,8 @@ from memstream.stores.embedded import EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.redis_state import RedisState
 from memstream.stores.short_term import UserUpdate
-from memstream.wiring import cluster_params, description_encoder
+from memstream.streaming.params import cluster_params
+from memstream.streams.memorize import description_encoder
 from reliability.cluster import read_topic
 from tests.integration.process import MemstreamProcess, wait_for, with_free_port
 
@@ -229,7 +230,7 @@ def test_redis_state_equals_the_pure_engine(running: MemstreamProcess, tmp_path:
         placed = [m for c in got.clusters for m in c.member_ids] + [b.event_id for b in got.buffer]
         assert sorted(placed) == sorted(t.event_id for t in mine)
         assert any(c.description for c in got.clusters)
-        # Embedded only where a retrieval reads them (memstream.wiring.description_encoder).
+        # Embedded only where a retrieval reads them (streams.memorize.description_encoder).
         vectors = [c.description_vector is not None for c in got.clusters if c.description]
         assert any(vectors) if description_encoder(settings, encoder) else not any(vectors)
     assert ran["flush"] > 0

@@ -22,8 +22,8 @@ from memstream.stores.longterm import memory_point_id
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
 from memstream.stores.redis_state import RedisState
 from memstream.stores.short_term import UserUpdate
+from memstream.streaming.locks import UserLocks
 from memstream.workers.consolidate import ConsolidationWorker
-from memstream.workers.locks import UserLocks
 from memstream.workers.reminders import ReminderWorker
 from memstream.workers.strength import StrengthWorker, feedback_id
 

@@ -13,7 +13,7 @@ from memstream.memory.links import LinkParams
 from memstream.memory.recurrence import RecurrenceParams
 from memstream.memory.strength import StrengthParams
 from memstream.settings import ClusterSettings, RecurrenceSettings, Settings, _Section
-from memstream.wiring import (
+from memstream.streaming.params import (
     cluster_params,
     engine_fields,
     engine_params,

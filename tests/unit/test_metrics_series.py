@@ -33,6 +33,7 @@ from memstream.sampling import LagSampler, is_internal_topic
 from memstream.settings import Settings
 from memstream.stores.encoder import EncoderStats
 from memstream.streams import control, encode, memorize
+from memstream.wiring import STAGES
 from memstream.workers import archive, consolidate, reminders, strength
 
 
@@ -91,18 +92,25 @@ def test_the_api_declares_its_routes_and_phases_at_zero() -> None:
 
 def test_known_stages_are_the_code_stage_constants() -> None:
     constants = {
-        encode.STAGE,
-        memorize.STAGE,
-        control.STAGE,
-        consolidate.STAGE,
-        archive.STAGE,
-        strength.FEEDBACK_STAGE,
-        strength.DECAY_STAGE,
-        reminders.STAGE,
+        encode.NAME,
+        memorize.NAME,
+        control.NAME,
+        consolidate.NAME,
+        archive.NAME,
+        strength.FEEDBACK_NAME,
+        strength.DECAY_NAME,
+        reminders.NAME,
     }
     declared = {stage for stages in ROLE_STAGES.values() for stage in stages}
     assert declared == constants == set(STAGE_OUTCOMES)
     assert set(DLQ_STAGES) <= constants
+
+
+def test_each_role_declares_the_stages_of_the_table() -> None:
+    """``wiring.STAGES`` starts, per role, the stages whose series that role declares."""
+    for role, declared in ROLE_STAGES.items():
+        names = tuple(name for spec in STAGES if spec.role == role for name in spec.names)
+        assert names == declared, role
 
 
 def bucket_counts(values: list[int]) -> dict[float, float]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from memstream.schemas import ConsolidatedMemory, Control, StoredTurn
 from memstream.stores.longterm import ArchivedTurn, LongTermStore, memory_point_id
-from memstream.streams.control import STAGE, Controller
+from memstream.streams.control import NAME, Controller
 from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER, put_hot
 from tests.unit.streams.stage_fakes import message, sample, stage
@@ -74,7 +74,7 @@ async def test_a_forget_removes_the_user_everywhere_and_nobody_else(
 ) -> None:
     state = FakeShortTermState()
     await remember(state, longterm)
-    s, dlq, metrics = stage(STAGE, "memstream.control")
+    s, dlq, metrics = stage(NAME, "memstream.control")
     controller = Controller(s, state, longterm)
 
     await s.handle_message(Control, controller.handle, message(command("acme", "u1")))
@@ -86,7 +86,7 @@ async def test_a_forget_removes_the_user_everywhere_and_nobody_else(
         assert await traces(state, longterm, tenant, user) == (2, 2, 1, None)
         assert await state.timeline_ids(tenant, user) == ["e0", "e1"]
     assert dlq.sent == []
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 1
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="ok") == 1
 
 
 async def test_a_redelivered_forget_changes_nothing_and_sweeps_late_writes(
@@ -94,7 +94,7 @@ async def test_a_redelivered_forget_changes_nothing_and_sweeps_late_writes(
 ) -> None:
     state = FakeShortTermState()
     await remember(state, longterm)
-    s, dlq, metrics = stage(STAGE, "memstream.control")
+    s, dlq, metrics = stage(NAME, "memstream.control")
     controller = Controller(s, state, longterm)
     await s.handle_message(Control, controller.handle, message(command("acme", "u1")))
     # A processor wrote for the user between the RPC's delete and the command's delivery.
@@ -108,14 +108,14 @@ async def test_a_redelivered_forget_changes_nothing_and_sweeps_late_writes(
 
     assert await traces(state, longterm, "acme", "u1") == (0, 0, 0, FORGET_AT.timestamp())
     assert await traces(state, longterm, "acme", "u2") == (2, 2, 1, None)
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="ok") == 2
     assert dlq.sent == []
 
 
 async def test_other_actions_and_bad_commands_forget_nothing(longterm: LongTermStore) -> None:
     state = FakeShortTermState()
     await remember(state, longterm)
-    s, dlq, metrics = stage(STAGE, "memstream.control")
+    s, dlq, metrics = stage(NAME, "memstream.control")
     controller = Controller(s, state, longterm)
     no_user = json.loads(command("acme", "u1"))
     del no_user["user_id"]
@@ -131,6 +131,6 @@ async def test_other_actions_and_bad_commands_forget_nothing(longterm: LongTermS
     bad_action, missing = dlq.letters()
     assert bad_action.reason.startswith("invalid message: action: Input should be")
     assert missing.reason == "invalid message: user_id: Field required"
-    assert (bad_action.stage, bad_action.topic) == (STAGE, "memstream.control")
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="skipped") == 1
-    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="validation") == 2
+    assert (bad_action.stage, bad_action.topic) == (NAME, "memstream.control")
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="skipped") == 1
+    assert sample(metrics, "memstream_dlq_total", stage=NAME, reason="validation") == 2

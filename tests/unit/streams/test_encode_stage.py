@@ -13,7 +13,7 @@ import numpy as np
 
 from memstream.schemas import EncodedEvent, InteractionEvent
 from memstream.stores.text_encoder import FloatArray
-from memstream.streams.encode import STAGE, EventEncoder, encoded_json
+from memstream.streams.encode import NAME, EventEncoder, encoded_json
 from tests.fakes import HashEncoder
 from tests.unit.streams.stage_fakes import (
     ARRIVED,
@@ -59,7 +59,7 @@ def published(topic: RecordingTopic) -> list[tuple[bytes | None, EncodedEvent]]:
 
 
 async def test_a_batch_is_encoded_in_one_call_and_published_in_order() -> None:
-    s, dlq, metrics = stage(STAGE, "memstream.events")
+    s, dlq, metrics = stage(NAME, "memstream.events")
     out, encoder = RecordingTopic("memstream.encoded"), HashEncoder()
     handler = EventEncoder(s, encoder, cast(Any, out))
     texts = ["Where is my order A-1?", "I like hiking", "Order A-1 again"]
@@ -80,8 +80,8 @@ async def test_a_batch_is_encoded_in_one_call_and_published_in_order() -> None:
         assert np.allclose(e.embedding, row, atol=1e-6)
     assert sent[0][1].event == InteractionEvent.model_validate_json(event(0, texts[0]))
     assert dlq.sent == []
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 3
-    assert sample(metrics, "memstream_batch_size_sum", stage=STAGE) == 3
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="ok") == 3
+    assert sample(metrics, "memstream_batch_size_sum", stage=NAME) == 3
 
 
 def test_the_published_json_reads_back_as_the_model_with_the_same_float32_embedding() -> None:
@@ -100,7 +100,7 @@ def test_the_published_json_reads_back_as_the_model_with_the_same_float32_embedd
 
 
 async def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_published() -> None:
-    s, dlq, metrics = stage(STAGE, "memstream.events")
+    s, dlq, metrics = stage(NAME, "memstream.events")
     out = RecordingTopic("memstream.encoded")
     handler = EventEncoder(s, HashEncoder(), cast(Any, out))
     wrong_role = json.loads(event(2, "hello"))
@@ -120,16 +120,16 @@ async def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_published
     assert reasons[0].startswith("invalid message: Invalid JSON")
     assert reasons[1].startswith("invalid message: role: Input should be")
     assert reasons[2:] == ["empty value", "empty value (null record)"]
-    assert {(d.stage, d.topic) for d in dlq.letters()} == {(STAGE, "memstream.events")}
+    assert {(d.stage, d.topic) for d in dlq.letters()} == {(NAME, "memstream.events")}
     assert dlq.letters()[0].original == "{not json"  # the bytes as they came
-    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="validation") == 4
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
+    assert sample(metrics, "memstream_dlq_total", stage=NAME, reason="validation") == 4
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="ok") == 2
 
 
 async def test_a_record_keyed_for_another_user_or_for_none_is_dead_lettered() -> None:
     """The key routes a record to its user's partition and state: one that lies would put a
     turn in another user's order, so it goes to the DLQ with the reason, never through."""
-    s, dlq, metrics = stage(STAGE, "memstream.events")
+    s, dlq, metrics = stage(NAME, "memstream.events")
     out = RecordingTopic("memstream.encoded")
     handler = EventEncoder(s, HashEncoder(), cast(Any, out))
     body = event(1, "my pin is 4321", user="eu:bob")
@@ -150,11 +150,11 @@ async def test_a_record_keyed_for_another_user_or_for_none_is_dead_lettered() ->
     assert "names another tenant" in reasons[1]
     assert reasons[2].startswith("record has no key")
     assert reasons[3].startswith("malformed record key 'acme:eu:bob:x'")
-    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="validation") == 4
+    assert sample(metrics, "memstream_dlq_total", stage=NAME, reason="validation") == 4
 
 
 async def test_a_text_the_encoder_fails_on_is_parked_and_its_batch_mates_go_on() -> None:
-    s, dlq, metrics = stage(STAGE, "memstream.events")
+    s, dlq, metrics = stage(NAME, "memstream.events")
     out = RecordingTopic("memstream.encoded")
     handler = EventEncoder(s, ChokingEncoder(), cast(Any, out))
     batch = [message(event(0, "fine")), message(event(1, "a bad one")), message(event(2, "ok"))]
@@ -164,14 +164,14 @@ async def test_a_text_the_encoder_fails_on_is_parked_and_its_batch_mates_go_on()
     [letter] = dlq.letters()
     assert letter.reason == "encode failed: ValueError('cannot encode')"
     assert InteractionEvent.model_validate_json(letter.original).event_id == "e1"
-    assert sample(metrics, "memstream_dlq_total", stage=STAGE, reason="poison") == 1
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 2
+    assert sample(metrics, "memstream_dlq_total", stage=NAME, reason="poison") == 1
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="ok") == 2
     # The whole batch was tried under the retry policy (3 attempts) before one by one.
-    assert sample(metrics, "memstream_retries_total", stage=STAGE, kind="error") == 2
+    assert sample(metrics, "memstream_retries_total", stage=NAME, kind="error") == 2
 
 
 async def test_pipelined_batches_are_encoded_one_call_each_and_published_in_log_order() -> None:
-    s, dlq, metrics = stage(STAGE, "memstream.events")
+    s, dlq, metrics = stage(NAME, "memstream.events")
     out, encoder = RecordingTopic("memstream.encoded"), HashEncoder()
     handler = EventEncoder(s, encoder, cast(Any, out))
     acked: list[str] = []
@@ -186,4 +186,4 @@ async def test_pipelined_batches_are_encoded_one_call_each_and_published_in_log_
     assert [e.event.event_id for _, e in published(out)] == ["e0", "e1", "e2", "e3"]
     assert acked == ["ack a0", "ack a1", "ack b0", "ack b1", "ack c0"]
     assert len(dlq.letters()) == 1
-    assert sample(metrics, "memstream_events_total", stage=STAGE, outcome="ok") == 4
+    assert sample(metrics, "memstream_events_total", stage=NAME, outcome="ok") == 4

@@ -11,7 +11,7 @@ from memstream.memory.strength import StrengthParams, decayed
 from memstream.memory.turns import stored_turn
 from memstream.schemas import ConsolidatedMemory, Feedback, InteractionEvent
 from memstream.stores.longterm import LongTermStore, memory_point_id
-from memstream.workers.locks import UserLocks
+from memstream.streaming.locks import UserLocks
 from memstream.workers.strength import SCAN_PAGE, StrengthWorker
 from tests.fakes import FakeShortTermState
 from tests.unit.over_fakes import ENCODER, put_hot
