@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from memstream.launch import ALL_ROLES, ROLE_SETS, parse_roles
 from memstream.logs import logging_config
+from memstream.roles import ALL_ROLES, ROLE_SETS, parse_roles
 from memstream.settings import (
     DEMO_API_KEY,
     DEMO_TENANT,
@@ -25,8 +25,8 @@ from memstream.settings import (
 )
 
 if TYPE_CHECKING:  # runtime pulls in faust: imported only by the commands that run it
+    from memstream.roles import Role
     from memstream.runtime import Job, RunningProcess
-    from memstream.wiring import Role
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 schemas_cli = typer.Typer(no_args_is_help=True, help="JSON Schema of every topic and RPC body.")

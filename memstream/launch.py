@@ -22,49 +22,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from memstream.roles import ALL_ROLES, Role, roles_arg
 from memstream.settings import ENV_NESTED, ENV_PREFIX, NOT_SETTINGS_ENV, Settings
 from memstream.stores.embedded import free_port
 
-if TYPE_CHECKING:  # wiring pulls in faust and every layer; a launcher needs only the names
-    from memstream.wiring import Role
-
 T = TypeVar("T")
-
-# wiring.ALL_ROLES, in the order ``--roles`` spells them (a unit test keeps the two equal).
-ROLE_ORDER: tuple[Role, ...] = ("process", "consolidate", "serve")
-ALL_ROLES: frozenset[Role] = frozenset(ROLE_ORDER)
-# The commands that are names for a set of roles (``memstream run --roles`` is the long form).
-ROLE_SETS: dict[str, frozenset[Role]] = {
-    "up": ALL_ROLES,
-    "worker": frozenset({"process"}),
-    "consolidator": frozenset({"consolidate"}),
-    "serve": frozenset({"serve"}),
-}
-
-
-def parse_roles(text: str) -> frozenset[Role]:
-    """``"process,serve"`` (or an alias such as ``up``) as roles; ValueError names a bad one."""
-    if text.strip() in ROLE_SETS:
-        return ROLE_SETS[text.strip()]
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in ROLE_ORDER]
-    if unknown or not names:
-        raise ValueError(
-            f"unknown role {', '.join(unknown) or repr(text)}: roles are "
-            f"{','.join(ROLE_ORDER)} (or one of {', '.join(ROLE_SETS)})"
-        )
-    return frozenset(cast("Role", name) for name in names)
-
-
-def roles_arg(roles: frozenset[Role]) -> str:
-    """The ``--roles`` value naming ``roles``, in a stable order."""
-    return ",".join(role for role in ROLE_ORDER if role in roles)
 
 
 def settings_env(settings: BaseSettings) -> dict[str, str]:

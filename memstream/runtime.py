@@ -23,6 +23,7 @@ from memstream.generations import GenerationFollower, with_active_generation
 from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
+from memstream.roles import Role
 from memstream.rpc.serving import make_server, start_api, stop_api
 from memstream.settings import Settings
 from memstream.stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
@@ -30,7 +31,6 @@ from memstream.streaming.broker import on_start
 from memstream.wiring import (
     Dependencies,
     LongTermOpener,
-    Role,
     Stack,
     build_app,
     ingest_groups,

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import faust
 
 from memstream.metrics import Metrics
+from memstream.roles import Role
 from memstream.sampling import register_samplers
 from memstream.settings import QdrantSettings, Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
@@ -33,8 +33,6 @@ from memstream.workers import archive, consolidate, reminders, strength
 
 log = logging.getLogger("memstream")
 
-Role = Literal["process", "consolidate", "serve"]
-ALL_ROLES: frozenset[Role] = frozenset({"process", "consolidate", "serve"})
 
 # How a process opens its long-term store. The seam for fault injection: the reliability
 # suite passes a wrapper of ``open_longterm`` whose store can be switched unreachable.

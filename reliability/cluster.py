@@ -27,11 +27,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.asyncio import Redis
 
-from memstream.launch import ALL_ROLES, Process, wait_for, with_overrides
+from memstream.launch import Process, wait_for, with_overrides
+from memstream.roles import ALL_ROLES, Role
 from memstream.settings import Settings, hash_api_key
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from memstream.streaming.broker import bootstrap_servers
-from memstream.wiring import Role
 from reliability.roles import ENTRY, QDRANT_DOWN_ENV
 
 ROLES: dict[str, frozenset[Role]] = {

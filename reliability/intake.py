@@ -25,7 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from memstream.launch import ALL_ROLES, Process, child_pids, defaults, wait_for
+from memstream.launch import Process, child_pids, defaults, wait_for
+from memstream.roles import ALL_ROLES
 from memstream.settings import DEMO_API_KEY, Settings
 from memstream.stores.embedded import free_port
 from memstream.wiring import open_state

@@ -24,8 +24,8 @@ from typing import Any, cast
 import httpx
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from memstream.launch import parse_roles
 from memstream.logs import logging_config
+from memstream.roles import parse_roles
 from memstream.runtime import run_process
 from memstream.settings import QdrantSettings, Settings
 from memstream.stores.longterm import LongTermStore

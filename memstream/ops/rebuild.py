@@ -40,8 +40,8 @@ from memstream.streaming.broker import bootstrap_servers
 from memstream.streaming.params import cluster_params, recurrence_params, written_out
 
 if TYPE_CHECKING:
+    from memstream.roles import Role
     from memstream.runtime import RunningProcess
-    from memstream.wiring import Role
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")  # goes into topic, group and collection names
 REBUILD_ROLES: frozenset[Role] = frozenset({"process", "consolidate"})

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import faust
 
 from memstream.metrics import Metrics
+from memstream.roles import StageRole
 from memstream.settings import Settings
 from memstream.stores.llm import Consolidator
 from memstream.stores.longterm import LongTermStore
@@ -24,9 +24,6 @@ from memstream.stores.text_encoder import TextEncoder
 from memstream.streaming.broker import Topics
 from memstream.streaming.locks import UserLocks
 from memstream.streaming.stage import Stage
-
-# The roles that run stages (the third, ``serve``, runs the RPC).
-StageRole = Literal["process", "consolidate"]
 
 
 @dataclass(frozen=True)

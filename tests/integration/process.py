@@ -6,7 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from memstream.launch import ALL_ROLES, Process, on_free_port, settings_env, wait_for
+from memstream.launch import Process, on_free_port, settings_env, wait_for
+from memstream.roles import ALL_ROLES
 from memstream.settings import DEMO_API_KEY, Settings
 
 __all__ = ["MemstreamProcess", "settings_env", "wait_for", "with_free_port"]

@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from memstream.launch import ALL_ROLES, Process, child_pids, defaults
+from memstream.launch import Process, child_pids, defaults
+from memstream.roles import ALL_ROLES
 
 ROOT = Path(__file__).resolve().parents[2]
 

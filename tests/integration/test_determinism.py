@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from memstream.launch import ALL_ROLES, ROLE_SETS, Process, on_free_port, wait_for
+from memstream.launch import Process, on_free_port, wait_for
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import CountFn, handled_events, replay_file, unsettled_work
+from memstream.roles import ALL_ROLES, ROLE_SETS
 from memstream.schemas import StoredTurn
 from memstream.settings import Settings
 from memstream.stores.redis_client import sync_redis

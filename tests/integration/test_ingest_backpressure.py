@@ -21,10 +21,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memstream.launch import Process, on_free_port, wait_for, with_overrides
+from memstream.roles import Role
 from memstream.settings import DEMO_API_KEY, Settings
 from memstream.stores.embedded import EmbeddedBroker
 from memstream.streaming.broker import ConsumerGroupLag, EventPublisher, GroupLag, bootstrap_servers
-from memstream.wiring import Role, open_state
+from memstream.wiring import open_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

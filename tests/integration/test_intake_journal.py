@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from memstream.launch import Process, on_free_port, wait_for, with_overrides
+from memstream.roles import Role
 from memstream.settings import DEMO_API_KEY, Settings
-from memstream.wiring import Role, open_state
+from memstream.wiring import open_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

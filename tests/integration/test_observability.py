@@ -18,10 +18,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from memstream.launch import ROLE_SETS, Process, on_free_port, with_overrides
+from memstream.launch import Process, on_free_port, with_overrides
 from memstream.metrics import catalogue
 from memstream.ops.demo import SAMPLE_STREAM
 from memstream.ops.replay import replay_file
+from memstream.roles import ROLE_SETS
 from memstream.settings import DEMO_API_KEY, Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from memstream.streaming.broker import EventPublisher

@@ -4,6 +4,7 @@ spelling, and no caller can slip a MEMSTREAM_* setting past the Settings object.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from pydantic import BaseModel, SecretStr
@@ -12,19 +13,15 @@ from typer.testing import CliRunner
 
 from memstream.cli import cli
 from memstream.launch import (
-    ALL_ROLES,
-    ROLE_SETS,
     Process,
     defaults,
     on_free_port,
-    parse_roles,
     process_env,
-    roles_arg,
     settings_env,
     with_overrides,
 )
+from memstream.roles import ALL_ROLES, ROLE_SETS, ROLES, Role, parse_roles, roles_arg
 from memstream.settings import ENV_PREFIX, Settings, hash_api_key
-from memstream.wiring import ALL_ROLES as WIRED_ROLES
 
 
 @pytest.fixture
@@ -128,7 +125,7 @@ def test_a_child_gets_exactly_its_settings(no_memstream_env: pytest.MonkeyPatch)
 
 
 def test_roles_have_one_spelling_and_the_commands_are_aliases() -> None:
-    assert ALL_ROLES == WIRED_ROLES
+    assert get_args(Role) == ROLES  # one spelling: the type and the table agree
     assert parse_roles("process,consolidate,serve") == ALL_ROLES == parse_roles("up")
     assert parse_roles(" serve , consolidate") == frozenset({"consolidate", "serve"})
     assert parse_roles("worker") == frozenset({"process"}) == ROLE_SETS["worker"]
