@@ -466,8 +466,9 @@ def _markdown(plan: Plan, raw: dict[str, Any]) -> str:
         f"{', built by an earlier run and reused' if store['reused'] else ''}); "
         f"ordinary `upsert` in batches of 16: {ups['per_s']:,.0f} memories/s.",
         "",
-        "The RPC is a real `memstream serve` process; the load generator (httpx, same "
-        "machine) shares its 2 cores. `1 caller` asks a fixed list of "
+        "The RPC is a real `memstream serve` process; the load generator (one asyncio "
+        "process, an `aiohttp` client on keep-alive connections, same machine) shares its 2 "
+        "cores. `1 caller` asks a fixed list of "
         f"{plan.one_caller_n} fresh queries (the ones mem0 is asked below). Open loop: "
         "Poisson arrivals at half the saturation (the better of the 16- and 64-caller closed "
         "loops), latency counted from each request's scheduled arrival. Server phases come "

@@ -1,11 +1,17 @@
 """Load on a running retrieval RPC: open-loop (Poisson) and closed-loop callers over loopback.
 
-This module owns driving ``POST /v1/retrieve`` with an ``httpx`` async client and what a
-run measures: the caller's latency (open loop: from the request's scheduled arrival, so
-a late start counts against the server, not for it), the server's own ``took_ms``, and
-the server's phase times (encode, fetch, rank, total) from the
+This module owns driving ``POST /v1/retrieve`` with an ``aiohttp`` client and what a run
+measures: the caller's latency (open loop: from the request's scheduled arrival, so a late
+start counts against the server, not for it), the server's own ``took_ms``, and the
+server's phase times (encode, fetch, rank, total) from the
 ``memstream_retrieval_latency_seconds`` histogram, scraped before and after the run.
 Every run is bounded in time and in requests and stops by itself.
+
+The driver shares the server's cores, so its cost per request must stay small and flat in
+the number of callers, and a request must be written when it is sent: a wait in the
+client counts as the server's latency, a refusal's too. Not ``httpx``: its connection pool
+rescans every connection on each request and each release, and it retries a failing
+``import sniffio`` per request, so with tens of callers it queues requests itself.
 
 A request the server's admission control refuses (503 / 429) is no error: its answer's
 latency is kept apart (``shed_ms``), and a closed-loop caller waits what ``Retry-After-Ms``
@@ -16,6 +22,7 @@ caller that came back at once would only measure how fast refusals can be made).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 import time
@@ -25,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import numpy as np
 import psutil  # type: ignore[import-untyped]  # no stubs in the venv
 
@@ -38,6 +45,9 @@ PHASES = ("encode", "fetch", "rank", "total")
 MAX_IN_FLIGHT = 2000  # an open loop past saturation queues; this bounds how far
 SHED_STATUSES = (429, 503)  # the admission control's refusals
 MAX_RETRY_AFTER_S = 5.0  # memstream.client's cap on a server's hint
+# Under uvicorn's 5 s: aiohttp does not resend a POST on a kept-alive connection the server
+# closed meanwhile, so one is dropped before the server would drop it.
+KEEPALIVE_S = 4.0
 
 
 class RetrievalServer(Memstream):
@@ -103,33 +113,36 @@ class Driver:
         self.rng = random.Random(user)  # the jitter of refused callers' waits
 
     async def __aenter__(self) -> Driver:
-        self.client = httpx.AsyncClient(
-            base_url=self.server.url,
+        self.client = aiohttp.ClientSession(
+            self.server.url,
             headers={"Authorization": f"Bearer {DEMO_API_KEY}"},
-            timeout=30,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            timeout=aiohttp.ClientTimeout(total=30),
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.client.aclose()
+        await self.client.close()
 
     async def one(self, run: Run, text: str, since: float) -> float:
         """Send one; the seconds the server asked a refused caller to wait (else 0)."""
         body = {"user_id": self.user, "query": text, "top_k": 8, "budget_tokens": 512}
         try:
-            response = await self.client.post("/v1/retrieve", json=body)
-            if response.status_code in SHED_STATUSES:
+            # The whole body, a refusal's too: a connection left mid-answer is not reused.
+            async with self.client.post("/v1/retrieve", json=body) as response:
+                content = await response.read()
+            status = response.status
+            if status in SHED_STATUSES:
                 run.shed_ms.append((time.perf_counter() - since) * 1000)
-                run.shed_kinds[f"HTTP {response.status_code}"] += 1
-                hint_ms = float(response.headers.get("retry-after-ms", 1000))
+                run.shed_kinds[f"HTTP {status}"] += 1
+                hint_ms = float(response.headers.get("Retry-After-Ms", 1000))
                 return min(hint_ms / 1000, MAX_RETRY_AFTER_S) * (1 + 0.5 * self.rng.random())
-            response.raise_for_status()
-            took = float(response.json()["took_ms"])
-        except httpx.HTTPStatusError as error:
-            run.fail(f"HTTP {error.response.status_code}")
-            return 0.0
-        except (httpx.HTTPError, KeyError, ValueError) as error:
+            if status != 200:
+                run.fail(f"HTTP {status}")
+                return 0.0
+            took = float(json.loads(content)["took_ms"])
+        except (aiohttp.ClientError, TimeoutError, KeyError, ValueError) as error:
             run.fail(type(error).__name__)
             return 0.0
         run.latencies_ms.append((time.perf_counter() - since) * 1000)

@@ -110,6 +110,10 @@ class EncoderSettings(_Section):
     threads: int = 0
     # onnxruntime's threads busy-wait between runs (bench/ingest.py measured it off).
     spinning: bool = False
+    # The threads that run the model go this many Linux nice steps below the process (0:
+    # none, and a query that finds the encoder idle runs in its caller's thread): a run
+    # yields the CPU to the event loop at once (memstream/stores/encoder.py, _lower_priority).
+    nice: int = 10
     memory_arena: bool = False  # the CPU arena keeps the largest batch's buffers for good
     cache_size: int = 2048  # vectors kept by text hash: repeated texts are not re-encoded
     # One onnxruntime run: at most run_texts texts and run_tokens padded tokens (texts x the

@@ -18,6 +18,7 @@ for at most the runs already under way.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -74,7 +75,13 @@ def _read_file(path: Path, what: str) -> bytes:
 
 
 def _check_bounds(
-    max_tokens: int, batch_size: int, cache_size: int, run_tokens: int, runners: int, threads: int
+    max_tokens: int,
+    batch_size: int,
+    cache_size: int,
+    run_tokens: int,
+    runners: int,
+    threads: int,
+    nice: int,
 ) -> None:
     """``OnnxEncoder``'s numeric arguments, refused before any file is read."""
     if max_tokens < 2:
@@ -87,6 +94,8 @@ def _check_bounds(
         raise ValueError(f"run_tokens must be >= 1, got {run_tokens}")
     if runners < 0 or threads < 0:
         raise ValueError(f"runners and threads must be >= 0, got {runners}, {threads}")
+    if not 0 <= nice <= 19:
+        raise ValueError(f"nice must be in 0..19, got {nice}")
 
 
 def _check_sha256(model_path: Path, expected: str | None, actual: str) -> None:
@@ -182,6 +191,7 @@ class OnnxEncoder:
         memory_arena: bool = False,
         cache_size: int = 2048,
         run_tokens: int = 512,
+        nice: int = 0,
     ) -> None:
         """Load and verify the model; ``sha256=None`` skips the check (tests, local dev).
 
@@ -193,14 +203,16 @@ class OnnxEncoder:
         threads busy-wait between runs (CPU burnt that the event loop needs);
         ``memory_arena`` keeps onnxruntime's CPU arena, which holds on to the largest
         batch's buffers for good; ``cache_size`` vectors are kept by text hash (0 = none);
-        ``run_tokens`` bounds one run's padded tokens (see ``_next_chunk``).
+        ``run_tokens`` bounds one run's padded tokens (see ``_next_chunk``); ``nice`` > 0
+        runs the model on the runner threads alone, that many Linux nice steps down (0-19).
         """
-        _check_bounds(max_tokens, batch_size, cache_size, run_tokens, runners, threads)
+        _check_bounds(max_tokens, batch_size, cache_size, run_tokens, runners, threads, nice)
         model_path = Path(model_path)
         tokenizer_path = Path(tokenizer_path)
         self.max_tokens = max_tokens
         self.batch_size = batch_size
         self.run_tokens = run_tokens
+        self.nice = nice
         self.runners = runners if runners > 0 else default_runners()
         if threads == 0:
             threads = 1 if self.runners > 1 else default_threads()
@@ -299,6 +311,7 @@ class OnnxEncoder:
             memory_arena=settings.memory_arena,
             cache_size=settings.cache_size,
             run_tokens=settings.run_tokens,
+            nice=settings.nice,
         )
 
     def encode(
@@ -379,7 +392,8 @@ class OnnxEncoder:
             encodings, order, np.empty((len(texts), self.dim), np.float32), left=len(texts)
         )
         with self._wake:
-            if kind == "query" and self._idle_fit(request):
+            # Not when niced: the caller's thread would keep the lower priority for good.
+            if kind == "query" and not self.nice and self._idle_fit(request):
                 self._running += 1
                 return self._run_direct(request)
             self._queues[kind].append(request)
@@ -460,6 +474,7 @@ class OnnxEncoder:
         """One runner: the next chunk whenever one waits and fewer than ``runners`` run
         (direct queries hold places too); exits after ``_RUNNER_IDLE_S`` without work."""
         me = threading.current_thread()
+        _lower_priority(self.nice)
         while True:
             with self._wake:
                 idle_until = time.monotonic() + _RUNNER_IDLE_S
@@ -564,6 +579,20 @@ class OnnxEncoder:
         padding = json.loads(tokenizer_json).get("padding") or {}
         pad_id = padding.get("pad_id", 0)
         return pad_id if isinstance(pad_id, int) else 0
+
+
+def _lower_priority(nice: int) -> None:
+    """The calling thread (a runner: it runs nothing else) ``nice`` steps below the
+    process's priority (Linux nice, per thread, at most 19).
+
+    A run is bulk CPU work; the event loop and Valkey are not. At the same priority, runs
+    side by side on 2 cores hold the RPC's loop off the CPU for tens of ms at a time under
+    overload, so even a refusal decided in microseconds reaches its caller late. Niced, a
+    run yields the moment the loop has work and still takes every cycle left."""
+    if nice > 0:
+        with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + nice))
 
 
 def _text_key(text: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import threading
@@ -362,3 +363,18 @@ def test_a_small_batch_is_shared_out_among_free_runners() -> None:
         enc.release.set()
         assert done.result(10).shape == (9, enc.dim)
     assert enc.most_inside == 2
+
+
+def test_a_niced_encoder_runs_on_its_runners_at_that_priority(reference: bytes) -> None:
+    """With ``nice``, even an idle encoder's query goes to a runner thread, which runs at
+    that priority; the caller's thread keeps its own."""
+    enc = OnnxEncoder(_wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, cache_size=0, nice=7)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    want = np.frombuffer(reference, np.float32).reshape(len(TEXTS), enc.dim)
+    assert enc.encode([TEXTS[0]], query=True).tobytes() == want[0].tobytes()
+    (runner,) = enc._runner_threads[:1]
+    assert runner.native_id is not None
+    assert os.getpriority(os.PRIO_PROCESS, runner.native_id) == min(19, mine + 7)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    with pytest.raises(ValueError, match="nice"):
+        OnnxEncoder(_wheel_model(), DEFAULT_TOKENIZER_PATH, sha256=None, nice=20)

@@ -14,7 +14,7 @@ from memstream.cli import cli
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 HARNESS = {"bench", "reliability"}
-HARNESS_ONLY_DEPS = {"matplotlib", "psutil", "schemathesis"}
+HARNESS_ONLY_DEPS = {"aiohttp", "matplotlib", "psutil", "schemathesis"}
 
 
 def dist_names(requirements: list[str]) -> set[str]:
