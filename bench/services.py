@@ -25,6 +25,7 @@ import psutil
 
 from memstream import launch
 from memstream.ops.replay import handled_events, unsettled_work
+from memstream.roles import ROLE_SETS
 from memstream.settings import DEMO_API_KEY, Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 
@@ -107,7 +108,7 @@ class Memstream(launch.Process):
         overrides: Mapping[str, Any] | None = None,
         cpus: Sequence[int] | None = None,
     ) -> None:
-        roles = launch.ROLE_SETS[command]
+        roles = ROLE_SETS[command]
         # Every run starts on an empty data dir: an Edge store left by an earlier run holds
         # that run's memories, and consolidating the same log again would find nothing new
         # (no LLM calls, a faster pipeline than a fresh deployment's).

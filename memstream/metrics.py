@@ -41,24 +41,7 @@ BATCH_BUCKETS = (0.5, 1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5, 256.5)
 
 # Label values known before anything happens, exported at zero from the start so that the
 # first event is a rise of an existing series (``rate()`` and alerts see it), not a new one.
-# tests/unit/test_metrics_series.py checks these against the stage constants of the code.
-ROLE_STAGES: dict[str, tuple[str, ...]] = {
-    "process": ("encode", "memorize", "control"),
-    "consolidate": ("consolidate", "archive", "feedback", "decay", "reminders"),
-}
-STAGE_OUTCOMES: dict[str, tuple[str, ...]] = {
-    "encode": ("ok", "dlq"),
-    "memorize": ("ok", "duplicate", "dlq"),
-    "control": ("ok", "skipped", "dlq"),
-    "consolidate": ("ok", "dlq"),
-    "archive": ("ok", "skipped", "dlq"),
-    "feedback": ("ok", "dlq"),
-    "decay": ("ok", "error"),
-    "reminders": ("ok", "error"),
-}
-DLQ_STAGES = ("encode", "memorize", "control", "consolidate", "archive", "feedback")
 DLQ_REASONS = ("validation", "poison")
-BATCHED_STAGES = ("encode", "consolidate", "archive")
 CONSOLIDATION_OUTCOMES = ("created", "updated", "unchanged", "deferred", "skipped")
 CLUSTER_EVENTS = ("merge", "fuzzy", "create", "routed", "flush", "maintenance", "split", "archive")
 # schemas.memories.TriggerReason, spelt out: the kernel imports nothing of the project.
@@ -68,6 +51,18 @@ CONSOLIDATION_CUT_REASONS = ("input", "budget")  # memory.extractive.Cut
 RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
 ENCODER_KINDS = ("query", "ingest")  # stores.encoder.EncoderStats' caller kinds
 SHED_REASONS = ("overload", "tenant", "deadline")  # rpc.admission.ShedReason
+
+
+@dataclass(frozen=True)
+class StageSeries:
+    """A stage's labelled series, exported at zero by a process that runs it: its ``stage``
+    label, its outcomes, whether it dead-letters and whether it handles batches. Each stage
+    declares its own (``streaming.services.StageSpec``)."""
+
+    name: str
+    outcomes: tuple[str, ...] = ("ok", "dlq")
+    dead_letters: bool = True
+    batched: bool = False
 
 
 class EncoderCounts(Protocol):
@@ -377,24 +372,25 @@ class Metrics:
                 counter.labels(kind)
         self._before_scrape.hooks.append(copy)
 
-    def declare_roles(self, roles: Iterable[str]) -> None:
-        """Mark the roles played and export their labelled series at zero (see ROLE_STAGES)."""
+    def declare_roles(self, roles: Iterable[str], stages: Iterable[StageSeries] = ()) -> None:
+        """Mark the roles played and export their labelled series, and those of the
+        ``stages`` the process runs, at zero."""
         for role in roles:
             self.role.labels(role).set(1)
-            for stage in ROLE_STAGES.get(role, ()):
-                self._declare_stage(stage)
             self._declare_role_series(role)
+        for stage in stages:
+            self._declare_stage(stage)
 
-    def _declare_stage(self, stage: str) -> None:
+    def _declare_stage(self, stage: StageSeries) -> None:
         """A stage's series at zero: its outcomes, latency, dead letters and batch size."""
-        for outcome in STAGE_OUTCOMES[stage]:
-            self.events.labels(stage, outcome)
-        self.stage_latency.labels(stage)
-        if stage in DLQ_STAGES:
+        for outcome in stage.outcomes:
+            self.events.labels(stage.name, outcome)
+        self.stage_latency.labels(stage.name)
+        if stage.dead_letters:
             for reason in DLQ_REASONS:
-                self.dlq.labels(stage, reason)
-        if stage in BATCHED_STAGES:
-            self.batch_size.labels(stage)
+                self.dlq.labels(stage.name, reason)
+        if stage.batched:
+            self.batch_size.labels(stage.name)
 
     def _declare_role_series(self, role: str) -> None:
         """The series only one role exports (not per stage), at zero."""

@@ -15,7 +15,7 @@ from typing import cast
 import faust
 from faust.types import TP
 
-from memstream.metrics import Metrics
+from memstream.metrics import Metrics, StageSeries
 from memstream.schemas.identity import parse_user_key
 from memstream.stores.llm import Consolidator
 from memstream.stores.longterm import LongTermStore
@@ -130,11 +130,13 @@ def register_samplers(
     state: RedisState,
     longterm: LongTermStore,
     consolidator: Consolidator | None = None,
+    stages: Iterable[StageSeries] = (),
 ) -> None:
-    """Timers that keep the sampled gauges current in a process playing ``roles``."""
+    """Timers that keep the sampled gauges current in a process playing ``roles`` and
+    running ``stages``."""
     lag = LagSampler(app, metrics)
     usage = LLMUsageSampler(consolidator, metrics) if consolidator is not None else None
-    metrics.declare_roles(roles)
+    metrics.declare_roles(roles, stages)
     for sampler in ("lag", "state", "longterm"):  # present from the start, at zero
         metrics.sample_errors.labels(sampler)
     if "consolidate" in roles and consolidator is not None:

@@ -196,6 +196,7 @@ def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple
         state=deps.state,
         longterm=deps.longterm,
         consolidator=consolidator,
+        stages=[series for stage in STAGES if stage.role in roles for series in stage.series],
     )
 
     async def declare_topics() -> None:

@@ -73,7 +73,10 @@ def _show(question: str, answer: RetrieveResponse) -> None:
         table.add_row(
             item.kind, f"{item.score:.2f}", item.text[:300], ", ".join(item.source_event_ids[:6])
         )
-    console.print(Panel(table, title=f"[bold]{question}[/] ({answer.took_ms:.1f} ms)"))
+    # The question above the table, not as its title: a title is cropped to the panel's
+    # width (80 columns when the output goes to a file), a line wraps.
+    console.print(f"[bold]{question}[/] ({answer.took_ms:.1f} ms)", highlight=False)
+    console.print(Panel(table))
 
 
 async def run_demo(running: RunningProcess, *, restore_forgotten: bool = False) -> int:

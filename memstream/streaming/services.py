@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import faust
 
-from memstream.metrics import Metrics
+from memstream.metrics import Metrics, StageSeries
 from memstream.roles import StageRole
 from memstream.settings import Settings
 from memstream.stores.llm import Consolidator
@@ -58,8 +58,9 @@ class Services:
 @dataclass(frozen=True)
 class StageSpec:
     """One stage: the role whose processes run it, how it starts (registers its agents and
-    timers on ``Services.app``), and the stage names its metrics carry (``metrics.ROLE_STAGES``)."""
+    timers on ``Services.app``), and the series its metrics carry, exported at zero by every
+    process that runs it."""
 
     role: StageRole
     start: Callable[[Services], None]
-    names: tuple[str, ...]
+    series: tuple[StageSeries, ...]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
+from memstream.metrics import StageSeries
 from memstream.schemas import Control
 from memstream.stores.forget import forget_user
 from memstream.stores.longterm import LongTermStore
@@ -51,4 +52,4 @@ def start(services: Services) -> None:
 
 
 # Forget commands: the partition owner drops the user's in-flight data too.
-STAGE = StageSpec("process", start, names=(NAME,))
+STAGE = StageSpec("process", start, series=(StageSeries(NAME, ("ok", "skipped", "dlq")),))

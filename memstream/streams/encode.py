@@ -10,6 +10,7 @@ import faust
 import numpy as np
 import orjson
 
+from memstream.metrics import StageSeries
 from memstream.schemas import InteractionEvent
 from memstream.stores.text_encoder import TextEncoder
 from memstream.streaming.services import Services, StageSpec
@@ -115,4 +116,4 @@ def start(services: Services) -> None:
     )
 
 
-STAGE = StageSpec("process", start, names=(NAME,))
+STAGE = StageSpec("process", start, series=(StageSeries(NAME, batched=True),))

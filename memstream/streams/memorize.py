@@ -31,7 +31,7 @@ from memstream.memory.memorize import canned_phrases, decide_event, memory_in, s
 from memstream.memory.memorize import trigger_id as trigger_id
 from memstream.memory.recurrence import RecurrenceParams
 from memstream.memory.vectors import normalize
-from memstream.metrics import Metrics
+from memstream.metrics import Metrics, StageSeries
 from memstream.schemas import EncodedEvent, RecurrenceTrigger
 from memstream.settings import Settings
 from memstream.stores.cpu import off_loop
@@ -401,4 +401,4 @@ def _count_clustering(metrics: Metrics, result: StepResult | None) -> None:
             events.labels("archive").inc(report.archived)
 
 
-STAGE = StageSpec("process", start, names=(NAME,))
+STAGE = StageSpec("process", start, series=(StageSeries(NAME, ("ok", "duplicate", "dlq")),))

@@ -23,6 +23,7 @@ import numpy as np
 
 from memstream.memory.turns import stored_turn
 from memstream.memory.vectors import normalize
+from memstream.metrics import StageSeries
 from memstream.schemas import EncodedEvent
 from memstream.stores.cpu import off_loop
 from memstream.stores.forget import forgotten
@@ -121,4 +122,6 @@ def start(services: Services) -> None:
 
 
 # Every turn to the archive tier, so the hot tier in Redis may expire (event time).
-STAGE = StageSpec("consolidate", start, names=(NAME,))
+STAGE = StageSpec(
+    "consolidate", start, series=(StageSeries(NAME, ("ok", "skipped", "dlq"), batched=True),)
+)

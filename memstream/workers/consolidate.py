@@ -29,7 +29,7 @@ from memstream.memory.consolidation_jobs import Job, new_evidence, pays_for_llm,
 from memstream.memory.links import LinkParams, entity_keys, linked, related_ids
 from memstream.memory.strength import StrengthParams, initial_strength
 from memstream.memory.vectors import mean_direction
-from memstream.metrics import Metrics
+from memstream.metrics import Metrics, StageSeries
 from memstream.schemas import ConsolidatedMemory, RecurrenceTrigger, StoredTurn
 from memstream.schemas.identity import user_key
 from memstream.stores.llm import Consolidator, build_messages
@@ -260,4 +260,4 @@ def start(services: Services) -> None:
     )
 
 
-STAGE = StageSpec("consolidate", start, names=(NAME,))
+STAGE = StageSpec("consolidate", start, series=(StageSeries(NAME, batched=True),))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from memstream.memory.reminders import due_reminders
+from memstream.metrics import StageSeries
 from memstream.schemas import Reminder
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
@@ -88,4 +89,6 @@ def start(services: Services) -> None:
 
 
 # Reminders are the consolidate role's, beside the memories they are due from.
-STAGE = StageSpec("consolidate", start, names=(NAME,))
+STAGE = StageSpec(
+    "consolidate", start, series=(StageSeries(NAME, ("ok", "error"), dead_letters=False),)
+)

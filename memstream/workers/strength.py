@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from memstream.memory.strength import StrengthParams, boost_all, decayed
+from memstream.metrics import StageSeries
 from memstream.schemas import Feedback
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
@@ -130,4 +131,11 @@ def start(services: Services) -> None:
 
 
 # Strength upkeep writes long-term memories too: the consolidate role's, under its locks.
-STAGE = StageSpec("consolidate", start, names=(FEEDBACK_NAME, DECAY_NAME))
+STAGE = StageSpec(
+    "consolidate",
+    start,
+    series=(
+        StageSeries(FEEDBACK_NAME),
+        StageSeries(DECAY_NAME, ("ok", "error"), dead_letters=False),
+    ),
+)

@@ -19,14 +19,7 @@ from faust.types import TP
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memstream.metrics import (
-    BATCH_BUCKETS,
-    DLQ_REASONS,
-    DLQ_STAGES,
-    ROLE_STAGES,
-    STAGE_OUTCOMES,
-    Metrics,
-)
+from memstream.metrics import BATCH_BUCKETS, DLQ_REASONS, Metrics, StageSeries
 from memstream.ops.top import Scrape, heading, http_rates, quantile, render
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.sampling import LagSampler, is_internal_topic
@@ -46,14 +39,26 @@ def samples(metrics: Metrics) -> dict[str, dict[tuple[tuple[str, str], ...], flo
     return found
 
 
+def series_of(role: str) -> list[StageSeries]:
+    """What ``wiring.build_app`` declares for a process playing ``role``."""
+    return [series for stage in STAGES if stage.role == role for series in stage.series]
+
+
 def test_dead_letter_and_event_series_are_zero_before_any_event() -> None:
     metrics = Metrics(CollectorRegistry())
-    metrics.declare_roles(["process", "consolidate"])
+    metrics.declare_roles(
+        ["process", "consolidate"], series_of("process") + series_of("consolidate")
+    )
     found = samples(metrics)
     dlq = found["memstream_dlq_total"]
-    for stage in DLQ_STAGES:
+    dead_lettering = {
+        s.name for s in series_of("process") + series_of("consolidate") if s.dead_letters
+    }
+    assert dead_lettering == {"encode", "memorize", "control", "consolidate", "archive", "feedback"}
+    for stage in dead_lettering:
         for reason in DLQ_REASONS:
             assert dlq[(("reason", reason), ("stage", stage))] == 0.0
+    assert found["memstream_batch_size_count"][(("stage", "encode"),)] == 0.0
     events = found["memstream_events_total"]
     assert events[(("outcome", "ok"), ("stage", "encode"))] == 0.0
     assert events[(("outcome", "duplicate"), ("stage", "memorize"))] == 0.0
@@ -66,9 +71,9 @@ def test_dead_letter_and_event_series_are_zero_before_any_event() -> None:
 
 def test_a_process_declares_only_its_roles_series() -> None:
     metrics = Metrics(CollectorRegistry())
-    metrics.declare_roles(["consolidate"])
+    metrics.declare_roles(["consolidate"], series_of("consolidate"))
     stages = {dict(k)["stage"] for k in samples(metrics)["memstream_events_total"]}
-    assert stages == set(ROLE_STAGES["consolidate"])
+    assert stages == {"consolidate", "archive", "feedback", "decay", "reminders"}
 
 
 def test_the_api_declares_its_routes_and_phases_at_zero() -> None:
@@ -101,16 +106,8 @@ def test_known_stages_are_the_code_stage_constants() -> None:
         strength.DECAY_NAME,
         reminders.NAME,
     }
-    declared = {stage for stages in ROLE_STAGES.values() for stage in stages}
-    assert declared == constants == set(STAGE_OUTCOMES)
-    assert set(DLQ_STAGES) <= constants
-
-
-def test_each_role_declares_the_stages_of_the_table() -> None:
-    """``wiring.STAGES`` starts, per role, the stages whose series that role declares."""
-    for role, declared in ROLE_STAGES.items():
-        names = tuple(name for spec in STAGES if spec.role == role for name in spec.names)
-        assert names == declared, role
+    declared = [series.name for stage in STAGES for series in stage.series]
+    assert sorted(declared) == sorted(constants)  # each once
 
 
 def bucket_counts(values: list[int]) -> dict[float, float]:
