@@ -1,1 +1,2 @@
-"""The retrieval service (HTTP/JSON, OpenAPI) and the small client bots import."""
+"""The retrieval service (HTTP/JSON, OpenAPI): admission, ingest backpressure, the intake
+journal and retrieval. The client bots import is ``memstream.client``."""
