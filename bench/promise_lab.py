@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from bench import cs_phrases as P
 from bench.cs_stream import COURIERS, PRODUCTS, WEEKDAYS, render
-from memstream.memory.acts import ActPrototypes, acts_meant
+from memstream.memory.acts import DESCRIPTIONS, acts_meant
 from memstream.memory.promises import (
     MIN_COSINE,
     MIN_COSINE_WITH_EVIDENCE,
@@ -37,6 +37,7 @@ from memstream.memory.promises import (
     is_promise,
     reports_done,
 )
+from memstream.memory.vectors import LabelledRows
 
 FILLINGS = 4
 SEED = 7
@@ -616,7 +617,7 @@ def _pairing(
     bank: Bank,
     rng: random.Random,
     encode: Callable[[list[str]], np.ndarray],
-    acts: ActPrototypes,
+    acts: LabelledRows,
     *,
     show: bool,
 ) -> None:
@@ -750,7 +751,7 @@ def main() -> None:
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(enc.encode(texts), dtype=np.float32)
 
-    acts = ActPrototypes.build(encode)
+    acts = LabelledRows.build(DESCRIPTIONS, encode)
     halves: tuple[Half, ...] = ("A", "B", "C", "D", "E", "F", "G")
     for half in halves:
         rng = random.Random(SEED)

@@ -14,11 +14,10 @@ that a report of one is not read as money by default. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
 import numpy as np
 import numpy.typing as npt
+
+from memstream.memory.vectors import LabelledRows
 
 FloatArray = npt.NDArray[np.floating]
 
@@ -64,31 +63,17 @@ DESCRIPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class ActPrototypes:
-    """The descriptions' unit rows (the turns' encoder) and the act of each row."""
-
-    vectors: FloatArray = field(repr=False)  # (n, d)
-    acts: tuple[str, ...] = field(repr=False)  # per row
-
-    @classmethod
-    def build(cls, encode: Callable[[Sequence[str]], FloatArray]) -> ActPrototypes:
-        texts = [t for said in DESCRIPTIONS.values() for t in said]
-        acts = tuple(act for act, said in DESCRIPTIONS.items() for _ in said)
-        return cls(np.asarray(encode(texts), np.float32), acts)
-
-
-def acts_meant(vectors: FloatArray, prototypes: ActPrototypes | None) -> npt.NDArray[np.int8]:
+def acts_meant(vectors: FloatArray, prototypes: LabelledRows | None) -> npt.NDArray[np.int8]:
     """Per unit row of ``vectors``, the act it describes (an index into ``MEANT_ACTS``), or
     ``NO_ACT``: none near enough, one not clearly nearer than another act, or a movement."""
     out = np.full(len(vectors), NO_ACT, dtype=np.int8)
-    if prototypes is None or not len(vectors) or len(set(prototypes.acts)) < 2:
+    if prototypes is None or not len(vectors) or len(set(prototypes.labels)) < 2:
         return out  # nothing to be nearest to, or no second act to be clearly nearer than
     cosines = np.asarray(vectors, np.float32) @ prototypes.vectors.T
-    kinds = sorted(set(prototypes.acts))
+    kinds = sorted(set(prototypes.labels))
     per_act = np.stack(
         [
-            cosines[:, [i for i, a in enumerate(prototypes.acts) if a == k]].max(axis=1)
+            cosines[:, [i for i, a in enumerate(prototypes.labels) if a == k]].max(axis=1)
             for k in kinds
         ],
         axis=1,

@@ -17,21 +17,20 @@ At query time (``lift_attributes``, from ``memory.candidates``), when the questi
 turns include statements of an attribute, the newest statements of that attribute are lifted
 to the best one's relevance; turns are listed newest first, so the current value is read
 before the ones it replaced. Pure: the caller embeds the exemplars once with the encoder
-that embeds turns (``AttributePrototypes.build``).
+that embeds turns (``LabelledRows.build(EXEMPLARS, encode)``, in ``memory.turns.Exemplars``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from memstream.memory.promises import is_promise
 from memstream.memory.text import has_postal_code
-from memstream.memory.vectors import FloatArray
+from memstream.memory.vectors import FloatArray, LabelledRows
 from memstream.schemas import StoredTurn
 
 ATTRIBUTES = ("email", "phone", "address", "delivery", "contact")
@@ -96,22 +95,8 @@ _QUESTION_WORDS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class AttributePrototypes:
-    """The exemplars' unit rows (the turns' encoder) and the attribute of each row."""
-
-    vectors: FloatArray = field(repr=False)  # (n, d)
-    kinds: npt.NDArray[np.int8] = field(repr=False)  # index into ATTRIBUTES
-
-    @classmethod
-    def build(cls, encode: Callable[[Sequence[str]], FloatArray]) -> AttributePrototypes:
-        texts = [t for kind in EXEMPLARS.values() for t in kind]
-        kinds = [ATTRIBUTES.index(k) for k, said in EXEMPLARS.items() for _ in said]
-        return cls(np.asarray(encode(texts), np.float32), np.asarray(kinds, np.int8))
-
-
 def attributes_of(
-    turns: Sequence[StoredTurn], vectors: FloatArray, prototypes: AttributePrototypes | None
+    turns: Sequence[StoredTurn], vectors: FloatArray, prototypes: LabelledRows | None
 ) -> npt.NDArray[np.int8]:
     """The attribute each turn states (an index into ``ATTRIBUTES``, ``NO_ATTRIBUTE`` if none);
     ``vectors``: the turns' unit rows; without prototypes only the shaped values count."""
@@ -122,7 +107,8 @@ def attributes_of(
     if prototypes is not None and len(prototypes.vectors):
         cosines = np.asarray(vectors, np.float32) @ prototypes.vectors.T
         best = cosines.argmax(axis=1)
-        nearest, kind = cosines.max(axis=1), prototypes.kinds[best]
+        kinds = np.asarray([ATTRIBUTES.index(label) for label in prototypes.labels], np.int8)
+        nearest, kind = cosines.max(axis=1), kinds[best]
     for i, turn in enumerate(turns):
         if _asks(turn.text):
             continue

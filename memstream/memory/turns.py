@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memstream.memory.acts import ActPrototypes
+from memstream.memory.acts import DESCRIPTIONS
 from memstream.memory.chatter import Prototypes
 from memstream.memory.formulaic import line_key
-from memstream.memory.profile import AttributePrototypes
+from memstream.memory.profile import EXEMPLARS
 from memstream.memory.promises import is_promise, reports_done
 from memstream.memory.text import extract_entities, is_remember_request, is_small_talk
-from memstream.memory.vectors import FloatArray
+from memstream.memory.vectors import FloatArray, LabelledRows
 from memstream.schemas import InteractionEvent, StoredTurn
 
 
@@ -22,13 +22,15 @@ class Exemplars:
     embedded once by the encoder that embeds the turns."""
 
     chatter: Prototypes
-    attributes: AttributePrototypes
-    acts: ActPrototypes
+    attributes: LabelledRows  # labels: ``memory.profile.ATTRIBUTES``
+    acts: LabelledRows  # labels: the acts of ``memory.acts.DESCRIPTIONS``
 
     @classmethod
     def build(cls, encode: Callable[[Sequence[str]], FloatArray]) -> Exemplars:
         return cls(
-            Prototypes.build(encode), AttributePrototypes.build(encode), ActPrototypes.build(encode)
+            Prototypes.build(encode),
+            LabelledRows.build(EXEMPLARS, encode),
+            LabelledRows.build(DESCRIPTIONS, encode),
         )
 
 

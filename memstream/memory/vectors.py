@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
 import numpy as np
 import numpy.typing as npt
 
@@ -52,3 +55,21 @@ def mean_direction(rows: npt.ArrayLike) -> FloatArray:
     if r.ndim != 2 or r.shape[0] == 0:
         raise ValueError(f"mean_direction expects a non-empty (n, d) array, got shape {r.shape}")
     return normalize(r.sum(axis=0))
+
+
+@dataclass(frozen=True)
+class LabelledRows:
+    """Exemplar sentences as unit rows, embedded by the encoder that embeds the turns, and
+    the label each row stands for: what a turn is compared with by meaning (an attribute it
+    states, an act it reports)."""
+
+    vectors: FloatArray = field(repr=False)  # (n, d)
+    labels: tuple[str, ...] = field(repr=False)  # per row
+
+    @classmethod
+    def build(
+        cls, exemplars: Mapping[str, Sequence[str]], encode: Callable[[Sequence[str]], FloatArray]
+    ) -> LabelledRows:
+        texts = [text for said in exemplars.values() for text in said]
+        labels = tuple(label for label, said in exemplars.items() for _ in said)
+        return cls(np.asarray(encode(texts), np.float32), labels)

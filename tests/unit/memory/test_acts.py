@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from memstream.memory.acts import DESCRIPTIONS, MEANT_ACTS, NO_ACT, ActPrototypes, acts_meant
+from memstream.memory.acts import DESCRIPTIONS, MEANT_ACTS, NO_ACT, acts_meant
+from memstream.memory.vectors import LabelledRows
 
 
-def _prototypes() -> ActPrototypes:
+def _prototypes() -> LabelledRows:
     """One axis per act (each description is its act's unit vector) and one more, off every
     description."""
     acts = list(DESCRIPTIONS)
@@ -17,7 +18,7 @@ def _prototypes() -> ActPrototypes:
         rows = [acts.index(a) for a, said in DESCRIPTIONS.items() for _ in said]
         return np.eye(len(acts) + 1, dtype=np.float32)[rows]
 
-    return ActPrototypes.build(encode)
+    return LabelledRows.build(DESCRIPTIONS, encode)
 
 
 def _towards(*weights: tuple[str, float]) -> np.ndarray:

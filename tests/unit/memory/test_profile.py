@@ -12,19 +12,17 @@ from memstream.memory.profile import (
     ATTRIBUTES,
     NEWEST,
     NO_ATTRIBUTE,
-    AttributePrototypes,
     attributes_of,
     lift_attributes,
 )
 from memstream.memory.text import extract_entities
+from memstream.memory.vectors import LabelledRows
 from memstream.schemas import StoredTurn
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 DELIVERY, CONTACT = ATTRIBUTES.index("delivery"), ATTRIBUTES.index("contact")
 # One exemplar each, on the first two axes.
-PROTOTYPES = AttributePrototypes(
-    np.eye(2, 4, dtype=np.float32), np.array([DELIVERY, CONTACT], np.int8)
-)
+PROTOTYPES = LabelledRows(np.eye(2, 4, dtype=np.float32), ("delivery", "contact"))
 
 
 def turn(text: str, role: str = "user") -> StoredTurn:

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from prometheus_client import CollectorRegistry
 
+from memstream.memory.turns import stored_turn
 from memstream.metrics import Metrics
 from memstream.rpc.intake import Intake, journal_folder, settled
-from memstream.schemas import InteractionEvent, StoredTurn
+from memstream.schemas import InteractionEvent
 from memstream.settings import Settings
-from memstream.stores.short_term import UserUpdate
 from tests.fakes import FakeShortTermState
+from tests.unit.over_fakes import put_hot
 
 TS = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -34,11 +34,7 @@ def event(i: int, user: str = "u1") -> InteractionEvent:
 
 
 async def memorize(state: FakeShortTermState, e: InteractionEvent) -> None:
-    turn = StoredTurn(
-        event_id=e.event_id, session_id=e.session_id, role=e.role, text=e.text, ts=e.ts
-    )
-    vector = np.ones(4, dtype=np.float32) / 2
-    await state.apply(e.tenant_id, e.user_id, UserUpdate(e.event_id, turn, vector))
+    await put_hot(state, e.tenant_id, e.user_id, stored_turn(e))
 
 
 class Publisher:

@@ -6,11 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from memstream.memory.acts import ActPrototypes
 from memstream.memory.chatter import Prototypes
 from memstream.memory.lexical import LexicalIndex
-from memstream.memory.profile import AttributePrototypes
 from memstream.memory.turns import Exemplars
+from memstream.memory.vectors import LabelledRows
 from memstream.schemas import StoredTurn
 from memstream.stores.short_term import TurnWithVector
 from memstream.stores.turn_index import UserTurns, index_turn
@@ -99,8 +98,8 @@ def test_turns_close_to_chatter_by_meaning_are_not_salient_built_or_appended() -
             chatter=np.stack([everything[3].vector, everything[8].vector]),
             content=np.zeros((0, 8), dtype=np.float32),
         ),
-        AttributePrototypes(np.zeros((0, 8), np.float32), np.zeros(0, np.int8)),
-        ActPrototypes(np.zeros((0, 8), np.float32), ()),
+        LabelledRows(np.zeros((0, 8), np.float32), ()),
+        LabelledRows(np.zeros((0, 8), np.float32), ()),
     )
     shared = lexical(everything)
     plain = UserTurns.build(b"v", everything, shared, 8)
