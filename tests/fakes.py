@@ -56,6 +56,7 @@ class _User:
     turns: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # doc JSON, vector
     timeline: dict[str, float] = field(default_factory=dict)
     pinned: set[str] = field(default_factory=set)
+    leaving: set[str] = field(default_factory=set)
     pending: dict[str, bytes] = field(default_factory=dict)
     clusters: dict[str, bytes] = field(default_factory=dict)
     engine: bytes | None = None
@@ -76,6 +77,7 @@ class _User:
         hashes = (
             self.timeline,
             self.pinned,
+            self.leaving,
             self.pending,
             self.clusters,
             self.keys,
@@ -160,15 +162,17 @@ class FakeShortTermState:
             self.max_turns,
             already=already,
         )
+        u.turns[turn.event_id] = (turn.model_dump_json(), _as_stored(update.vector))
         if hot.keep_new:
-            u.turns[turn.event_id] = (turn.model_dump_json(), _as_stored(update.vector))
             u.timeline[turn.event_id] = ts
             if turn.pinned:
                 u.pinned.add(turn.event_id)
-        for gone in hot.evicted:
+        else:
+            u.leaving.add(turn.event_id)
+        for gone in hot.evicted:  # readable until the archive worker releases it
             u.timeline.pop(gone, None)
-            u.turns.pop(gone, None)
             u.pinned.discard(gone)
+            u.leaving.add(gone)
         u.tver = uuid.uuid4().hex.encode()
         u.newest = hot.newest
         if not already:
@@ -236,7 +240,7 @@ class FakeShortTermState:
         self, tenant_id: str, user_id: str, event_ids: Sequence[str]
     ) -> dict[str, np.ndarray]:
         u = self._peek(tenant_id, user_id)
-        return {i: u.turns[i][1].copy() for i in event_ids if i in u.turns}
+        return {i: u.turns[i][1].copy() for i in event_ids if i in u.timeline and i in u.turns}
 
     async def trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> bool:
         return trigger_id in self._peek(tenant_id, user_id).done_triggers
@@ -296,6 +300,18 @@ class FakeShortTermState:
     async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
         timeline = self._peek(tenant_id, user_id).timeline
         return [i for i, _ in sorted(timeline.items(), key=lambda e: (e[1], e[0]))]
+
+    async def leaving(self, users: Sequence[tuple[str, str]]) -> list[list[str]]:
+        return [sorted(self._peek(tenant_id, user_id).leaving) for tenant_id, user_id in users]
+
+    async def release_archived(self, tenant_id: str, user_id: str, event_ids: Sequence[str]) -> int:
+        u = self._peek(tenant_id, user_id)
+        released = [i for i in dict.fromkeys(event_ids) if i in u.leaving]
+        for event_id in released:
+            u.leaving.discard(event_id)
+            if event_id not in u.timeline:
+                u.turns.pop(event_id, None)
+        return len(released)
 
     async def mark_forgotten(self, tenant_id: str, user_id: str, at: float) -> None:
         key = (tenant_id, user_id)

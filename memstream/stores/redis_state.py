@@ -7,6 +7,9 @@ a user on one shard and a user's update can be one MULTI/EXEC transaction:
     {p}:{t:u}:turn:<event_id>   hash   doc (StoredTurn JSON), emb (float16 bytes)
     {p}:{t:u}:timeline          zset   event ids of short-term turns by time (the hot tier)
     {p}:{t:u}:pinned            set    pinned turn ids on the timeline (never expire by age)
+    {p}:{t:u}:leaving           zset   ids of turns that left the timeline, their hashes
+                                       kept until the archive worker has them (score: when
+                                       the hash expires; see LEAVING_TTL_S)
     {p}:{t:u}:pending           hash   event id -> TurnSignal bytes: salient turns not yet
                                        handed to consolidation (the recurrence window)
     {p}:{t:u}:clusters          hash   cluster id -> serialised Cluster (members, description)
@@ -35,22 +38,25 @@ a user on one shard and a user's update can be one MULTI/EXEC transaction:
                                        TTL forgotten_ttl_days (0: none)
 
 Forgetting a user finds every key without scanning the keyspace (``delete_user``): the fixed
-names above, ``turn:<id>`` for the timeline's and pinned set's members (an evicted turn's key
-is deleted as it leaves), and the markers the two indexes list. Each marker is indexed in the
-transaction that writes it (one ZADD per transaction, however many markers), and the index is
-pruned there (ZREMRANGEBYSCORE of entries expired ``CLOCK_SLACK_S`` ago) and given the newest
-marker's TTL, so an idle user's index goes with its markers. Markers from before the indexes
+names above, ``turn:<id>`` for the members of the timeline, the pinned set and ``leaving``
+(an evicted turn's key goes once the archive has it), and the markers the two indexes
+list. Each marker is indexed in the transaction that writes it (one ZADD per transaction,
+however many markers), and the index is pruned there (ZREMRANGEBYSCORE of entries expired
+``CLOCK_SLACK_S`` ago) and given the newest marker's TTL, so an idle user's index goes with
+its markers. Markers from before the indexes
 are listed nowhere and expire by their own TTL.
 
 Short-term turns leave the hot tier in event time (``memory.hot_tier``): older than the
 user's newest event minus ``ttl_days``, or past ``max_turns``, oldest first; never by a
 wall-clock TTL, so a replay leaves the same turns hot as the live stream did. Nothing is
-lost: the archive worker (``workers.archive``) has written every turn to the long-term
-store's archive, which the RPC ranks with the hot turns.
+lost, not even for a moment: a turn that leaves is listed in ``leaving`` and stays readable
+until the archive worker (``workers.archive``), which writes every turn to the long-term
+store's archive, releases it (``release_archived``). The RPC ranks the three alike.
 
 Writers: the ``memorize`` processor owning the user's partition writes everything except
-``trig:`` markers, which the consolidator owning the user writes, and ``remind:`` markers
-(with their index), the reminder worker's. Both memorize and the consolidator add to the
+``trig:`` markers, which the consolidator owning the user writes, ``remind:`` markers
+(with their index), the reminder worker's, and the release of ``leaving`` turns, the archive
+worker's. Both memorize and the consolidator add to the
 ``markers`` index, in the transaction of their marker (ZADD, prune and EXPIRE commute).
 
 Batches. memorize reads a fetched batch's users in one pipeline (``load_users``) and writes
@@ -114,9 +120,28 @@ CLOCK_SLACK_S = 300
 # The keys every user may have, besides turns and markers (see the module docstring). Those
 # that lead to other keys (timeline, pinned, the indexes) come last: a forget cut short
 # leaves them for the next try.
-_FIXED_KEYS = ("pending", "clusters", "meta", "keys", "heard", "timeline", "pinned")
+_FIXED_KEYS = ("pending", "clusters", "meta", "keys", "heard", "timeline", "pinned", "leaving")
 _INDEXES = ("markers", "reminders")
 DELETE_BATCH = 500
+# A turn that leaves the hot tier stays readable (its hash kept, listed in ``leaving``) until
+# the archive worker has it (``release_archived``). This wall-clock bound only caps what
+# Redis holds while no archive worker runs; it decides nothing about ranking.
+LEAVING_TTL_S = DAY_S
+# Drop the listed turns that the archive holds: a turn leaves ``leaving`` and its hash goes in
+# one step, the hash kept if a redelivered event put the turn back on the timeline.
+_RELEASE = """
+local n = 0
+for i = 3, #KEYS do
+  local id = ARGV[i - 2]
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    if not redis.call('ZSCORE', KEYS[2], id) then
+      redis.call('UNLINK', KEYS[i])
+    end
+    n = n + 1
+  end
+end
+return n
+"""
 
 
 def _text(value: object) -> str:
@@ -157,6 +182,7 @@ class RedisState:
     ) -> None:
         self.redis = redis
         self.transactions = transactions or SlotTransactions(redis)
+        self._release = redis.register_script(_RELEASE)
         self.prefix = prefix
         self.tombstone_prefix = tombstone_prefix or prefix
         self.ttl_s = int(ttl_days * DAY_S)
@@ -534,11 +560,15 @@ class RedisState:
         if not event_ids:
             return {}
         pipe = self.redis.pipeline(transaction=False)
+        # Hot turns only: whether a leaving turn is still readable depends on the archive's
+        # progress, and a split must decide the same in a replay.
+        pipe.zmscore(self._key(tenant_id, user_id, "timeline"), list(event_ids))
         for event_id in event_ids:
             pipe.hget(self._key(tenant_id, user_id, "turn", event_id), "emb")
+        hot, *embs = await pipe.execute()
         found: dict[str, np.ndarray] = {}
-        for event_id, emb in zip(event_ids, await pipe.execute(), strict=True):
-            if emb is not None:
+        for event_id, score, emb in zip(event_ids, hot, embs, strict=True):
+            if score is not None and emb is not None:
                 found[event_id] = np.frombuffer(emb, dtype=np.float16).astype(np.float32)
         return found
 
@@ -665,6 +695,24 @@ class RedisState:
         ids = await self.redis.zrange(self._key(tenant_id, user_id, "timeline"), 0, -1)
         return [_text(i) for i in ids]
 
+    async def leaving(self, users: Sequence[tuple[str, str]]) -> list[list[str]]:
+        """Per user, the ids of turns that left the hot tier and that the archive worker has
+        not released yet (still readable through ``turns``), in one pipelined read."""
+        if not users:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant_id, user_id in users:
+            pipe.zrange(self._key(tenant_id, user_id, "leaving"), 0, -1)
+        return [sorted(_text(i) for i in ids) for ids in await pipe.execute()]
+
+    async def release_archived(self, tenant_id: str, user_id: str, event_ids: Sequence[str]) -> int:
+        """Drop the leaving turns among ``event_ids`` (the archive has them); how many."""
+        if not event_ids:
+            return 0
+        k = partial(self._key, tenant_id, user_id)
+        keys = [k("leaving"), k("timeline"), *(k("turn", i) for i in event_ids)]
+        return int(await self._release(keys=keys, args=list(event_ids)))
+
     async def turns_state(self, tenant_id: str, user_id: str) -> tuple[bytes | None, int]:
         """``turns_version`` and ``turns_written`` in one read."""
         token, total = await self.redis.hmget(self._key(tenant_id, user_id, "meta"), "tver", "tall")
@@ -703,8 +751,8 @@ class RedisState:
         many keys there were.
 
         No SCAN of the keyspace: the keys are the fixed names, ``turn:<id>`` for the
-        timeline's and the pinned set's members, and the markers the two indexes list
-        (``_index_markers``), unlinked in batches (one slot: valid on a Redis Cluster).
+        members of the timeline, the pinned set and ``leaving``, and the markers the two
+        indexes list (``_index_markers``), unlinked in batches (one slot: valid on a Redis Cluster).
         Markers written before the indexes existed are not listed: they expire by their
         TTL (``processed_ttl_days``; a reminder's, 2 x its max lateness + 1 day). The
         tombstone (``_forgotten_key``) lies outside ``{p}:{t:u}:`` and stays. A write that
@@ -715,10 +763,11 @@ class RedisState:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrange(k("timeline"), 0, -1)
         pipe.smembers(k("pinned"))
+        pipe.zrange(k("leaving"), 0, -1)
         for index in _INDEXES:
             pipe.zrange(k(index), 0, -1)
-        timeline, pinned, *indexed = await pipe.execute()
-        turns = dict.fromkeys(_text(i) for i in (*timeline, *pinned))
+        timeline, pinned, leaving, *indexed = await pipe.execute()
+        turns = dict.fromkeys(_text(i) for i in (*timeline, *pinned, *leaving))
         keys = [k("turn", i) for i in turns]
         keys += [k(_text(m)) for members in indexed for m in members]
         keys += [k(name) for name in (*_FIXED_KEYS, *_INDEXES)]
@@ -777,10 +826,30 @@ def _queue_hot_tier(
         pipe.zadd(k("timeline"), {turn.event_id: turn.ts.timestamp()})
         if turn.pinned:
             pipe.sadd(k("pinned"), turn.event_id)
-    if hot.evicted:  # left the hot tier; the archive (workers/archive.py) keeps them
+    else:  # a late turn already past the cutoff: readable until the archive has it
+        pipe.hset(
+            turn_key,
+            mapping={
+                "doc": turn.model_dump_json(),
+                "emb": np.asarray(vector, dtype=np.float16).tobytes(),
+            },
+        )
+        _queue_leaving(pipe, k, [turn.event_id])
+    if hot.evicted:  # left the hot tier; kept readable until the archive has them
         pipe.zrem(k("timeline"), *hot.evicted)
-        pipe.delete(*(k("turn", i) for i in hot.evicted))
         pipe.srem(k("pinned"), *hot.evicted)
+        _queue_leaving(pipe, k, hot.evicted)
+
+
+def _queue_leaving(pipe: Pipeline, k: Callable[..., str], event_ids: Sequence[str]) -> None:
+    """List turns that left the hot tier in ``leaving``, scored by when their hashes expire
+    (the markers' index pattern: pruned here, the set itself expiring after its last entry)."""
+    now = time.time()
+    for event_id in event_ids:
+        pipe.expire(k("turn", event_id), LEAVING_TTL_S)
+    pipe.zadd(k("leaving"), dict.fromkeys(event_ids, now + LEAVING_TTL_S))
+    pipe.zremrangebyscore(k("leaving"), "-inf", now - CLOCK_SLACK_S)
+    pipe.expire(k("leaving"), LEAVING_TTL_S + CLOCK_SLACK_S)
 
 
 def _queue_user_meta(

@@ -261,6 +261,15 @@ class ShortTermState(Protocol):
         """Every hot turn id, in (time, id) order."""
         ...
 
+    async def leaving(self, users: Sequence[tuple[str, str]]) -> list[list[str]]:
+        """Per user, the ids of turns that left the hot tier and are not yet released by the
+        archive worker: ``turns`` still reads them, so no turn is ever in neither tier."""
+        ...
+
+    async def release_archived(self, tenant_id: str, user_id: str, event_ids: Sequence[str]) -> int:
+        """Drop the leaving turns among ``event_ids`` (the archive holds them); how many."""
+        ...
+
     # -- forgetting
     async def mark_forgotten(self, tenant_id: str, user_id: str, at: float) -> None: ...
 

@@ -10,7 +10,8 @@ so each RPC process keeps, per user it serves, the union of two sources:
   before the archive worker has caught up. A query reads the user's turn version (one small
   round trip, a fresh token on every write by ``memorize``); when it changed, only the turns
   added to the timeline since are read. Turns that leave the timeline (event-time expiry,
-  the cap) are kept: they are archived.
+  the cap) are kept: they are archived. One that left before this process saw it and that
+  the archive worker has not written yet is still in Redis (``ShortTermState.leaving``).
 
 Both hold a turn's float16-rounded embedding, so a turn ranks the same from either. Rows
 are in (time, event id) order whichever source they came from, so the same turns always
@@ -421,6 +422,9 @@ class TurnIndex:
             await self._read_hot(tenant_id, user_id, have, new, since=last[0])
         if last is None or len(have) + len(new) < expected:
             await self._read_hot(tenant_id, user_id, have, new, since=None)
+        if len(have) + len(new) < expected:
+            [leaving] = await self.state.leaving([(tenant_id, user_id)])
+            await self._read_turns(tenant_id, user_id, have, new, leaving)
         if len(have) + len(new) < expected and self.archive is not None:
             # A turn left the hot tier before this process saw it: the archive has it once
             # the archive worker has caught up (its count grew since the last read).
@@ -468,6 +472,17 @@ class TurnIndex:
             if since is None
             else await self.state.timeline_since(tenant_id, user_id, since)
         )
+        await self._read_turns(tenant_id, user_id, have, known, ids)
+
+    async def _read_turns(
+        self,
+        tenant_id: str,
+        user_id: str,
+        have: dict[str, int],
+        known: dict[str, TurnWithVector],
+        ids: Sequence[str],
+    ) -> None:
+        """Add to ``known`` the Redis turns among ``ids`` not held yet."""
         added = [i for i in ids if i not in have and i not in known]
         for row in await self.state.turns(tenant_id, user_id, added):
             # As the archive has it: the cluster a turn was put in is the clusters' to say.

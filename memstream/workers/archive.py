@@ -6,7 +6,9 @@ its own consumer group) and upserts each turn into the store's archive
 redelivered or replayed batch rewrites the same points). No LLM, no clustering: the
 turn's text, speaker, time, session, entities and the embedding rounded as the hot tier
 rounds it. Short-term memory in Redis can then expire in event time without losing
-anything: the RPC's turn index ranks a user's archived turns with the hot ones.
+anything: the RPC's turn index ranks a user's archived turns with the hot ones. A turn
+that leaves the hot tier before this worker has written it stays in Redis until it has:
+after each write the worker releases the user's leaving turns the archive now holds.
 
 A forgotten user stays forgotten: turns stamped at or before the user's forget tombstone
 are skipped, and checked again after the write, because a forget may land between the
@@ -45,7 +47,7 @@ def archived_turn(encoded: EncodedEvent) -> ArchivedTurn:
 
 @dataclass
 class ArchiveWorker:
-    state: ShortTermState  # read only: forget tombstones
+    state: ShortTermState  # forget tombstones; releases the turns that left the hot tier
     longterm: LongTermStore
 
     async def archive(
@@ -73,7 +75,21 @@ class ArchiveWorker:
         for tenant, user in {(t.tenant_id, t.user_id) for t in late}:
             ids = [t.turn.event_id for t in late if (t.tenant_id, t.user_id) == (tenant, user)]
             await self.longterm.delete_turns(tenant, user, ids)
+        await self._release([t for t, a in pairs if not _forgotten(t, after, a)])
         return len(kept) - len(late)
+
+    async def _release(self, written: Sequence[ArchivedTurn]) -> None:
+        """Let Redis drop the turns that left the hot tier and that the archive now holds:
+        these, and any listed earlier (memorize can evict a turn after it was archived)."""
+        users = list(dict.fromkeys((t.tenant_id, t.user_id) for t in written))
+        for (tenant, user), leaving in zip(users, await self.state.leaving(users), strict=True):
+            if not leaving:
+                continue
+            here = {t.turn.event_id for t in written if (t.tenant_id, t.user_id) == (tenant, user)}
+            older = [i for i in leaving if i not in here]
+            found = await self.longterm.get_turns(tenant, user, older) if older else []
+            held = here | {a.turn.event_id for a in found}
+            await self.state.release_archived(tenant, user, [i for i in leaving if i in held])
 
     async def _tombstones(self, turns: Sequence[ArchivedTurn]) -> dict[tuple[str, str], float]:
         found: dict[tuple[str, str], float] = {}

@@ -219,10 +219,13 @@ async def test_hot_tier_expires_in_event_time_and_keeps_the_count(
     await state.apply(TENANT, USER, update(turn("new", timedelta(days=1, hours=1, minutes=30))))
     # Older than newest - 1 day left; the pinned turn never expires by age.
     assert await state.timeline_ids(TENANT, USER) == ["pin", "mid", "new"]
-    assert await state.turns(TENANT, USER, ["old"]) == []
+    # Gone from the hot tier, still readable until the archive worker releases it.
+    assert await state.leaving([(TENANT, USER)]) == [["old"]]
+    assert [t.turn.event_id for t in await state.turns(TENANT, USER, ["old"])] == ["old"]
     # A late turn already older than the cutoff is counted but never hot.
     await state.apply(TENANT, USER, update(turn("late", timedelta(minutes=5))))
     assert await state.timeline_ids(TENANT, USER) == ["pin", "mid", "new"]
+    assert await state.leaving([(TENANT, USER)]) == [["late", "old"]]
     assert await state.turns_written(TENANT, USER) == 5
     assert await state.count_turns(TENANT, USER) == 5
     assert await state.count_hot_turns(TENANT, USER) == 3
@@ -235,12 +238,32 @@ async def test_hot_tier_cap_drops_the_oldest_unpinned_first(make_state: MakeStat
     for i, event_id in enumerate(("b", "c", "d", "e"), start=1):
         await state.apply(TENANT, USER, update(turn(event_id, timedelta(minutes=i))))
     assert await state.timeline_ids(TENANT, USER) == ["a", "d", "e"]
-    assert [t.turn.event_id for t in await state.turns(TENANT, USER, list("abcde"))] == [
-        "a",
-        "d",
-        "e",
-    ]
+    assert await state.leaving([(TENANT, USER)]) == [["b", "c"]]
     assert await state.turns_written(TENANT, USER) == 5
+
+
+async def test_a_turn_that_left_the_hot_tier_stays_readable_until_released(
+    make_state: MakeState,
+) -> None:
+    """No moment in which a turn is in neither tier: an evicted turn's hash stays (``turns``
+    reads it; a split's ``member_vectors`` does not, so clustering never depends on how far
+    the archive worker has got) until ``release_archived``, which drops only listed turns."""
+    state = make_state(max_turns=2)
+    for i, event_id in enumerate("abcd"):
+        await state.apply(TENANT, USER, update(turn(event_id, timedelta(minutes=i)), i))
+    assert await state.leaving([(TENANT, USER), (TENANT, OTHER)]) == [["a", "b"], []]
+    assert [t.turn.event_id for t in await state.turns(TENANT, USER, list("abcd"))] == list("abcd")
+    assert sorted(await state.member_vectors(TENANT, USER, list("abcd"))) == ["c", "d"]
+
+    assert await state.release_archived(TENANT, USER, ["a", "c", "zz"]) == 1  # c is hot
+    assert await state.leaving([(TENANT, USER)]) == [["b"]]
+    assert [t.turn.event_id for t in await state.turns(TENANT, USER, list("abcd"))] == list("bcd")
+    # A redelivered event puts its turn back on the timeline: released, its hash stays.
+    await state.apply(TENANT, USER, update(turn("b", timedelta(minutes=9)), 1))
+    assert await state.release_archived(TENANT, USER, ["b"]) == 1
+    assert await state.leaving([(TENANT, USER)]) == [["c"]]
+    assert "b" in await state.timeline_ids(TENANT, USER)
+    assert [t.turn.event_id for t in await state.turns(TENANT, USER, ["b"])] == ["b"]
 
 
 async def test_pending_window_and_recurrence_keys(make_state: MakeState) -> None:
@@ -378,7 +401,8 @@ async def test_delete_user_drops_every_marker_and_turn_of_the_user_only(
         [],
         [],
     )
-    assert len(await state.turns(TENANT, "eu:bob", ids)) == 2
+    assert await state.leaving([(TENANT, "eu"), (TENANT, "eu:bob")]) == [[], ["e0", "e2"]]
+    assert len(await state.turns(TENANT, "eu:bob", ids)) == 4  # two hot, two leaving
     assert not await state.trigger_done(TENANT, "eu", "t0")
     assert await state.trigger_done(TENANT, "eu:bob", "t0")
     assert await state.open_event_triggers(TENANT, "eu", "e1") == []
@@ -591,6 +615,9 @@ async def test_apply_users_evicts_like_one_by_one_over_random_histories(
             assert got == want
             assert await batched.turns_written(TENANT, user) == await one_by_one.turns_written(
                 TENANT, user
+            )
+            assert await batched.leaving([(TENANT, user)]) == await one_by_one.leaving(
+                [(TENANT, user)]
             )
             assert await batched.newest_events([(TENANT, user)]) == (
                 await one_by_one.newest_events([(TENANT, user)])

@@ -59,7 +59,8 @@ def _update(event_id: str, minutes: int, **fields: Any) -> UserUpdate:
 
 
 async def _populate(state: RedisState, user: str) -> None:
-    """Hot turns (one pinned), evicted turns, pending, keys, heard, and every marker kind."""
+    """Hot turns (one pinned), evicted turns (leaving: no archive worker runs here), pending,
+    keys, heard, and every marker kind."""
     updates = [
         _update(f"{user}-e{n}", n, pinned=n == 1, heard=[f"p{n}"], triggers={f"t{n}": b"x"})
         for n in range(5)
@@ -101,7 +102,8 @@ async def test_delete_user_leaves_no_key_of_the_user_and_touches_no_other(
     mine = _under(before, state, forgotten)
     kinds = {k.split(b"}:", 1)[1].split(b":", 1)[0] for k in mine}
     assert {b"turn", b"seen", b"etrig", b"trig", b"remind", b"markers", b"reminders"} <= kinds
-    assert not any(b":turn:" + f"{forgotten}-e0".encode() in k for k in mine)  # evicted
+    assert b"leaving" in kinds  # evicted, not archived yet: their turns are still there
+    assert any(b":turn:" + f"{forgotten}-e0".encode() in k for k in mine)
 
     deleted = await state.delete_user(TENANT, forgotten)
 

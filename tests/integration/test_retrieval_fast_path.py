@@ -215,7 +215,7 @@ async def test_turns_that_leave_the_hot_tier_in_event_time_stay_retrievable(
     assert after.context == cold.context
 
 
-async def test_turns_missed_by_the_hot_tier_are_read_from_the_archive_once_it_has_them(
+async def test_a_turn_that_left_the_hot_tier_unseen_is_read_from_redis_until_archived(
     stores: tuple[RedisState, QdrantEdgeStore],
 ) -> None:
     state, longterm = stores
@@ -226,7 +226,7 @@ async def test_turns_missed_by_the_hot_tier_are_read_from_the_archive_once_it_ha
     await _write(state, longterm, "u3", first, encode([first.text])[0])
     await retriever.retrieve("acme", request)
     # Written and pushed out of Redis before this process looked, and not archived yet (the
-    # archive worker lags): the index knows a turn is missing and waits for the archive.
+    # archive worker lags): Redis keeps it readable meanwhile.
     short = RedisState(state.redis, prefix=state.prefix, ttl_days=1.0)
     lost = StoredTurn(
         event_id="lost", session_id="s", role="user", text="I left the blue umbrella", ts=T0
@@ -236,15 +236,18 @@ async def test_turns_missed_by_the_hot_tier_are_read_from_the_archive_once_it_ha
     )
     await short.apply("acme", "u3", UserUpdate("lost", lost, encode([lost.text])[0]))
     await _write(short, longterm, "u3", later, encode([later.text])[0])
-    missing = await retriever.retrieve("acme", request)
-    assert "lost" not in {i.id for i in missing.items}
-    await longterm.upsert_turns([ArchivedTurn("acme", "u3", lost, encode([lost.text])[0])])
-    found = await retriever.retrieve("acme", request)  # no write since: the count tells it
+    assert await state.timeline_ids("acme", "u3") == ["later"]
+    found = await retriever.retrieve("acme", request)
     assert "lost" in {i.id for i in found.items}
     assert "blue umbrella" in found.context
+    # Archived and released: a process that never saw it reads it from the archive.
+    await longterm.upsert_turns([ArchivedTurn("acme", "u3", lost, encode([lost.text])[0])])
+    assert await state.release_archived("acme", "u3", ["lost"]) == 1
+    fresh = await _retriever(state, longterm, candidates=0).retrieve("acme", request)
+    assert [(i.id, i.score) for i in fresh.items] == [(i.id, i.score) for i in found.items]
     syncs = retriever.turn_index.syncs
     await retriever.retrieve("acme", request)
-    assert retriever.turn_index.syncs == syncs  # complete again: nothing read
+    assert retriever.turn_index.syncs == syncs  # complete: nothing read
 
 
 async def test_query_encoder_batches_concurrent_texts() -> None:

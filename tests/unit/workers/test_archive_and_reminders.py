@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from memstream.memory.turns import stored_turn
 from memstream.schemas import (
     ConsolidatedMemory,
     EncodedEvent,
@@ -75,6 +76,30 @@ async def test_the_archive_drops_a_turn_posted_before_the_forget_whatever_its_st
     assert await worker.archive([ahead], [before]) == 0
     assert await longterm.count_turns(TENANT, USER) == 0
     assert await worker.archive([ahead], [after]) == 1  # posted after: a new conversation
+
+
+async def test_the_archive_releases_the_turns_that_left_the_hot_tier_once_it_has_them(
+    longterm: LongTermStore,
+) -> None:
+    """Memorize can evict a turn before or after the archive writes it: either way Redis lets
+    it go only once the archive holds it, and never a turn the archive lacks."""
+    state = FakeShortTermState(max_turns=2)
+    batch = [encoded(i) for i in range(4)]
+    worker = ArchiveWorker(state=state, longterm=longterm)
+    assert await worker.archive(batch[:1]) == 1  # e0 archived while still hot
+    for e in batch:  # memorize evicts e0 and e1; e1 is not archived yet
+        vector = np.asarray(e.embedding, dtype=np.float32)
+        await state.apply(TENANT, USER, UserUpdate(e.event.event_id, stored_turn(e.event), vector))
+    assert await state.leaving([(TENANT, USER)]) == [["e0", "e1"]]
+    assert await worker.archive(batch[2:3]) == 1  # e2: releases e0, which it archived before
+    assert await state.leaving([(TENANT, USER)]) == [["e1"]]
+    assert len(await state.turns(TENANT, USER, ["e0", "e1"])) == 1  # e1 still readable
+    assert await worker.archive(batch[1:2]) == 1
+    assert await state.leaving([(TENANT, USER)]) == [[]]
+    assert [a.turn.event_id for a in await longterm.get_turns(TENANT, USER, ["e0", "e1"])] == [
+        "e0",
+        "e1",
+    ]
 
 
 def memory_with(actions: list[OpenAction]) -> ConsolidatedMemory:
