@@ -119,7 +119,7 @@ def banner(settings: Settings, broker: str = "", redis: str = "") -> str:
     note = "" if not settings.rpc.api_keys else "  (rpc.api_keys is set: use one of its keys)\n"
     tenant = f", tenant '{DEMO_TENANT}' for the demo key" if not settings.rpc.api_keys else ""
     services = (
-        f"\n  broker: {broker} (topic {settings.topic('events')}{tenant})   valkey: {redis}"
+        f"\n  broker: {broker} (topic {settings.kafka.topic('events')}{tenant})   valkey: {redis}"
         if broker or redis
         else ""
     )
@@ -289,14 +289,16 @@ def replay(
 
     async def run() -> int:
         if settings.redis.url:  # tombstones: say who stays forgotten, or lift them
-            state = open_state(settings, settings.redis.url)
+            state = open_state(
+                settings.redis, settings.redis.url, cluster_cache_users=settings.cluster.cache_users
+            )
             try:
                 found = await forgotten_users(state, file_users(file), restore=restore_forgotten)
             finally:
                 await state.close()
             if found:
                 console.print(forgotten_hint(found, restored=restore_forgotten), soft_wrap=True)
-        return await replay_file(file, url, settings.topic("events"))
+        return await replay_file(file, url, settings.kafka.topic("events"))
 
     from aiokafka.errors import KafkaError
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -308,7 +310,7 @@ def replay(
         _fail(f"no broker answers at {url} ({type(exc).__name__}) — pass --broker or start it")
     except RedisConnectionError:
         _fail(f"no Redis answers at {settings.redis.url} — check MEMSTREAM_REDIS__URL")
-    console.print(f"sent {_plural(sent, 'event')} to {settings.topic('events')}")
+    console.print(f"sent {_plural(sent, 'event')} to {settings.kafka.topic('events')}")
 
 
 @cli.command()

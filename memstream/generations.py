@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -34,10 +35,8 @@ from memstream.settings import (
 from memstream.stores.redis_client import sync_redis
 
 if TYPE_CHECKING:
+    from memstream.rpc.retrieval import Retriever
     from memstream.rpc.server import ApiDeps
-    from memstream.stores.longterm import LongTermStore
-    from memstream.stores.short_term import ShortTermState
-    from memstream.stores.text_encoder import TextEncoder
 
 log = logging.getLogger("memstream.generations")
 
@@ -152,25 +151,18 @@ def with_active_generation(base: Settings, redis_url: str) -> Settings:
 class GenerationFollower:
     """Points a running API's retriever at the active generation's stores when it changes.
 
-    Stores opened for a generation stay open for the life of the process: switches are
-    rare, and a switch back reuses them. A switch that fails (an Edge shard still locked
-    by the rebuild that is exiting) is tried again at the next poll.
+    ``retriever_for`` builds the retriever of a generation's settings: the process's
+    ``wiring.ServiceBuilder.retriever``, which keeps what it opened for a generation, so a
+    switch back reuses it. A switch that fails (an Edge shard still locked by the rebuild
+    that is exiting) is tried again at the next poll.
     """
 
     api: ApiDeps
     base: Settings
     redis_url: str
     current: Settings  # the generation the API serves now
+    retriever_for: Callable[[Settings], Awaitable[Retriever]]
     interval_s: float = 2.0
-    _states: dict[str, ShortTermState] = dataclasses.field(default_factory=dict)
-    _stores: dict[str, LongTermStore] = dataclasses.field(default_factory=dict)
-    _encoders: dict[EncoderSettings, TextEncoder] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        retriever = self.api.retriever
-        self._states[self.current.redis.prefix] = retriever.state
-        self._stores[self.current.qdrant.collection] = retriever.longterm
-        self._encoders[self.current.encoder] = retriever.queries.encoder
 
     async def run(self) -> None:
         while True:
@@ -187,30 +179,8 @@ class GenerationFollower:
         )
         if (generation.name if generation else "") == self.current.kafka.generation:
             return False
-        from memstream.rpc.retrieval import QueryEncoder
-        from memstream.stores.encoder import OnnxEncoder
-        from memstream.wiring import open_longterm, open_state
-
         target = apply_generation(self.base, generation)
-        encoder = self._encoders.get(target.encoder)
-        if encoder is None:
-            encoder = await asyncio.to_thread(OnnxEncoder.from_settings, target.encoder)
-            self._encoders[target.encoder] = encoder
-        store = self._stores.get(target.qdrant.collection)
-        if store is None:
-            store = open_longterm(target.qdrant, target.data_dir)
-            try:
-                await store.ensure_collection(encoder.dim)
-            except Exception:
-                await store.close()
-                raise
-            self._stores[target.qdrant.collection] = store
-        state = self._states.get(target.redis.prefix)
-        if state is None:
-            state = self._states[target.redis.prefix] = open_state(target, self.redis_url)
-        self.api.retriever = dataclasses.replace(
-            self.api.retriever, queries=QueryEncoder(encoder), state=state, longterm=store
-        )
+        self.api.retriever = await self.retriever_for(target)
         log.info(
             "serving generation %s",
             target.kafka.generation or "(first)",

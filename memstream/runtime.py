@@ -24,17 +24,17 @@ from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
 from memstream.roles import Role
-from memstream.rpc.serving import make_server, start_api, stop_api
+from memstream.rpc.serving import make_server
 from memstream.settings import Settings
 from memstream.stores.embedded import DataDirBusy, DataDirLock, ServiceConflict, port_taken
 from memstream.streaming.broker import on_start
 from memstream.wiring import (
     Dependencies,
     LongTermOpener,
+    ServiceBuilder,
     Stack,
-    build_app,
-    ingest_groups,
     open_longterm,
+    stop_api,
 )
 
 log = logging.getLogger("memstream")
@@ -182,12 +182,13 @@ def run_process(
         if generations:
             settings = with_active_generation(base, stack.redis_url)
         metrics = Metrics()
-        deps = Dependencies.build(settings, stack, metrics, open_store=open_store)
-        app, _topics = build_app(deps, stack, roles)
+        builder = ServiceBuilder(stack, metrics, open_store=open_store)
+        deps = builder.dependencies(settings)
+        app, _topics = builder.build_app(deps, roles)
         running = RunningProcess(settings, stack, deps, app)
         exit_code = [0]
         if "serve" in roles:
-            _serve_inside(running, follow=base if generations else None)
+            _serve_inside(running, builder, follow=base if generations else None)
         elif settings.metrics_port:
             health = _health(running, roles)
             health_server = serve_health(
@@ -219,30 +220,24 @@ def _health(running: RunningProcess, roles: frozenset[Role]) -> Health:
     return health
 
 
-def _follow(api: FastAPI, base: Settings, redis_url: str, current: Settings) -> None:
+def _follow(api: FastAPI, builder: ServiceBuilder, base: Settings, current: Settings) -> None:
     """Keep the API on the active generation while it runs (see memstream.generations)."""
-    follower = GenerationFollower(api.state.deps, base, redis_url, current)
+    follower = GenerationFollower(
+        api.state.deps, base, builder.stack.redis_url, current, builder.retriever
+    )
     task = asyncio.ensure_future(follower.run())
     api.state.generation_follower = (follower, task)  # held: a bare task may be collected
 
 
-def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
-    deps = running.deps
-
+def _serve_inside(
+    running: RunningProcess, builder: ServiceBuilder, *, follow: Settings | None
+) -> None:
     async def serve_api() -> None:
-        api, publisher = await start_api(
-            running.settings,
-            broker_url=running.stack.broker_url,
-            encoder=deps.encoder,
-            state=deps.state,
-            longterm=deps.longterm,
-            metrics=deps.metrics,
-            ingest_groups=ingest_groups(running.settings),
-        )
+        api = await builder.start_api(running.settings)
         if follow is not None:
-            _follow(api, follow, running.stack.redis_url, running.settings)
+            _follow(api, builder, follow, running.settings)
         api.state.backlog = running.backlog.pending
-        server = make_server(api, running.settings, guest=True)
+        server = make_server(api, running.settings.rpc, guest=True)
         try:
             serving = asyncio.ensure_future(server.serve())
             while not server.started and not serving.done():  # noqa: ASYNC110 - a flag, no event
@@ -251,7 +246,7 @@ def _serve_inside(running: RunningProcess, *, follow: Settings | None) -> None:
             await serving
         finally:
             server.should_exit = True
-            await stop_api(api, publisher)
+            await stop_api(api)
 
     on_start(running.app, serve_api)
 
@@ -307,28 +302,12 @@ async def serve_standalone(settings: Settings) -> None:
 
 
 async def _serve_alone(settings: Settings) -> None:
-    from memstream.stores.encoder import OnnxEncoder
-    from memstream.wiring import open_state
-
     base, settings = settings, with_active_generation(settings, settings.redis.url)
-    metrics = Metrics()
-    state = open_state(settings, settings.redis.url)
-    longterm = open_longterm(settings.qdrant, settings.data_dir)
-    encoder = OnnxEncoder.from_settings(settings.encoder)
-    metrics.watch_encoder(encoder.stats)
-    api, publisher = await start_api(
-        settings,
-        broker_url=settings.kafka.broker,
-        encoder=encoder,
-        state=state,
-        longterm=longterm,
-        metrics=metrics,
-        ingest_groups=ingest_groups(settings),
-    )
-    _follow(api, base, settings.redis.url, settings)
+    builder = ServiceBuilder(Stack(settings.kafka.broker, settings.redis.url), Metrics())
+    api = await builder.start_api(settings)
+    _follow(api, builder, base, settings)
     try:
-        await make_server(api, settings, guest=False).serve()
+        await make_server(api, settings.rpc, guest=False).serve()
     finally:
-        await stop_api(api, publisher)
-        await state.close()
-        await longterm.close()
+        await stop_api(api)
+        await builder.close()

@@ -61,6 +61,14 @@ class KafkaSettings(_Section):
     # the topic operators watch.
     dlq_topic: str = ""
 
+    def topic(self, name: str) -> str:
+        """The name of memstream's topic ``name`` in this deployment and generation."""
+        if name == "dlq" and self.dlq_topic:
+            return self.dlq_topic
+        if self.generation and name in GENERATION_TOPICS:
+            return f"{self.topic_prefix}.{self.generation}.{name}"
+        return f"{self.topic_prefix}.{name}"
+
 
 class RedisSettings(_Section):
     url: str = ""  # "" = embedded valkey server
@@ -285,6 +293,11 @@ class RPCSettings(_Section):
     # (a dead-lettered event never is; each start re-publishes them until then).
     journal_max_age_s: float = 86_400.0
 
+    def tenant_for_key(self, api_key: str) -> str | None:
+        """The tenant an API key belongs to, or None when the key is unknown."""
+        keys = self.api_keys or {hash_api_key(DEMO_API_KEY): DEMO_TENANT}
+        return keys.get(hash_api_key(api_key))
+
     @model_validator(mode="after")
     def _admission_bounds(self) -> RPCSettings:
         if not 1 <= self.admission_min_limit <= self.admission_initial_limit:
@@ -420,19 +433,7 @@ class Settings(BaseSettings):
     maintenance: MaintenanceSettings = MaintenanceSettings()
     rpc: RPCSettings = RPCSettings()
 
-    def tenant_for_key(self, api_key: str) -> str | None:
-        """The tenant an API key belongs to, or None when the key is unknown."""
-        keys = self.rpc.api_keys or {hash_api_key(DEMO_API_KEY): DEMO_TENANT}
-        return keys.get(hash_api_key(api_key))
-
     def intake_journal(self) -> bool:
         """Whether the RPC journals accepted events (``rpc.journal``; "auto": when the
         broker is the embedded one, whose topics die with it)."""
         return self.rpc.journal == "on" or (self.rpc.journal == "auto" and not self.kafka.broker)
-
-    def topic(self, name: str) -> str:
-        if name == "dlq" and self.kafka.dlq_topic:
-            return self.kafka.dlq_topic
-        if self.kafka.generation and name in GENERATION_TOPICS:
-            return f"{self.kafka.topic_prefix}.{self.kafka.generation}.{name}"
-        return f"{self.kafka.topic_prefix}.{name}"

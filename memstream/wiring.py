@@ -1,31 +1,49 @@
-"""The composition root: settings in, a running process's dependencies out.
+"""The composition root: settings in, a running process's services out.
 
 ``Stack`` resolves where the broker and Redis are (starting embedded ones when the settings
-leave their URLs empty); ``build_app`` builds one faust app and starts on it the stages of
+leave their URLs empty). ``ServiceBuilder`` is the one place a process's services are
+built: a generation's clients (``Dependencies``), the faust app with the stages of
 ``STAGES`` (the one table of them) that belong to the roles a process plays, on the
-``Services`` they share; ``open_longterm`` picks the Qdrant backend. Nothing here holds an
-algorithm, and no stage's construction: each stage builds its own from ``Services``.
+``Services`` they share, and the API; the API's ``GenerationFollower`` asks it for the
+retriever of the generation it switches to. ``open_longterm`` picks the Qdrant backend.
+Each adapter gets the settings sections it reads; nothing here holds an algorithm, and no
+stage's construction: each stage builds its own from ``Services``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import faust
+from fastapi import FastAPI
 
 from memstream.metrics import Metrics
 from memstream.roles import Role
+from memstream.rpc.feedback import FeedbackSink
+from memstream.rpc.ingest import IngestGuard
+from memstream.rpc.intake import Intake
+from memstream.rpc.retrieval import QueryEncoder, Retriever, exemplars_of
+from memstream.rpc.server import ApiDeps, create_api
 from memstream.sampling import register_samplers
-from memstream.settings import QdrantSettings, Settings
+from memstream.settings import EncoderSettings, QdrantSettings, RedisSettings, Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.llm import Consolidator, consolidator_from_settings
 from memstream.stores.longterm import LongTermStore
 from memstream.stores.redis_state import RedisState
-from memstream.streaming.broker import Topics, create_app, create_topics, on_start
+from memstream.streaming.broker import (
+    ConsumerGroupLag,
+    EventPublisher,
+    Topics,
+    create_app,
+    create_topics,
+    on_start,
+)
 from memstream.streaming.locks import UserLocks
 from memstream.streaming.services import Services, StageSpec
 from memstream.streams import control, encode, memorize
@@ -83,48 +101,225 @@ class Stack:
         self.embedded.clear()
 
 
-def open_state(settings: Settings, redis_url: str) -> RedisState:
-    r = settings.redis
+def open_state(redis: RedisSettings, url: str, *, cluster_cache_users: int) -> RedisState:
+    """The short-term state ``redis`` describes, at ``url`` (the resolved address: ``redis.url``
+    is empty when the stack runs an embedded server)."""
     return RedisState.from_url(
-        redis_url,
-        prefix=r.prefix,
-        tombstone_prefix=r.tombstone_prefix or r.prefix,
-        ttl_days=r.short_term_ttl_days,
-        max_turns=r.short_term_max_turns,
-        processed_ttl_days=r.processed_ttl_days,
-        forgotten_ttl_days=r.forgotten_ttl_days,
-        cluster_cache_users=settings.cluster.cache_users,
+        url,
+        prefix=redis.prefix,
+        tombstone_prefix=redis.tombstone_prefix or redis.prefix,
+        ttl_days=redis.short_term_ttl_days,
+        max_turns=redis.short_term_max_turns,
+        processed_ttl_days=redis.processed_ttl_days,
+        forgotten_ttl_days=redis.forgotten_ttl_days,
+        cluster_cache_users=cluster_cache_users,
     )
 
 
 @dataclass
 class Dependencies:
-    """The long-lived clients one process shares between its roles."""
+    """One generation's long-lived clients, shared by the roles of a process."""
 
-    settings: Settings
+    settings: Settings  # as resolved for the generation (``generations.apply_generation``)
     metrics: Metrics
     encoder: OnnxEncoder
     state: RedisState
     longterm: LongTermStore
 
-    @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        stack: Stack,
-        metrics: Metrics,
-        *,
-        open_store: LongTermOpener = open_longterm,
-    ) -> Dependencies:
-        encoder = OnnxEncoder.from_settings(settings.encoder)
-        metrics.watch_encoder(encoder.stats)
-        return cls(
+
+@dataclass
+class ServiceBuilder:
+    """Builds a process's services, the one place that does: a generation's clients, the
+    faust app and its stages, the API.
+
+    ``run_process`` builds every process with one, ``memstream serve`` too, and the API's
+    ``GenerationFollower`` asks the serving process's for the retriever of the generation
+    it switches to. Clients opened for a generation are kept for the life of the process:
+    switches are rare, and a switch back reuses them. ``open_store`` replaces how the
+    long-term store is opened (the reliability suite's fault injection).
+    """
+
+    stack: Stack
+    metrics: Metrics
+    open_store: LongTermOpener = open_longterm
+    _encoders: dict[EncoderSettings, OnnxEncoder] = field(default_factory=dict)
+    _states: dict[str, RedisState] = field(default_factory=dict)
+    _stores: dict[str, LongTermStore] = field(default_factory=dict)
+
+    def dependencies(self, settings: Settings) -> Dependencies:
+        """The clients of the generation ``settings`` are resolved for; nothing connects yet."""
+        if settings.encoder not in self._encoders:
+            self._keep_encoder(settings.encoder, OnnxEncoder.from_settings(settings.encoder))
+        state = self._states.get(settings.redis.prefix)
+        if state is None:
+            state = self._states[settings.redis.prefix] = open_state(
+                settings.redis,
+                self.stack.redis_url,
+                cluster_cache_users=settings.cluster.cache_users,
+            )
+        longterm = self._stores.get(settings.qdrant.collection)
+        if longterm is None:
+            longterm = self.open_store(settings.qdrant, settings.data_dir)
+            self._stores[settings.qdrant.collection] = longterm
+        return Dependencies(
+            settings, self.metrics, self._encoders[settings.encoder], state, longterm
+        )
+
+    def _keep_encoder(self, settings: EncoderSettings, encoder: OnnxEncoder) -> None:
+        self._encoders[settings] = encoder
+        self.metrics.watch_encoder(encoder.stats)
+
+    async def open_generation(self, settings: Settings) -> Dependencies:
+        """``dependencies`` from a running loop (the model loads in a thread), with the
+        store's collection declared. A store that fails to declare it is closed and
+        forgotten, so the next try opens it again (an Edge shard a rebuild still locks)."""
+        if settings.encoder not in self._encoders:
+            encoder = await asyncio.to_thread(OnnxEncoder.from_settings, settings.encoder)
+            self._keep_encoder(settings.encoder, encoder)
+        opened = settings.qdrant.collection not in self._stores
+        deps = self.dependencies(settings)
+        try:
+            await deps.longterm.ensure_collection(deps.encoder.dim)
+        except Exception:
+            if opened:
+                del self._stores[settings.qdrant.collection]
+                await deps.longterm.close()
+            raise
+        return deps
+
+    async def retriever(self, settings: Settings) -> Retriever:
+        """The API's retriever over the generation ``settings`` are resolved for."""
+        deps = await self.open_generation(settings)
+        rpc = settings.rpc
+        return Retriever(
+            queries=QueryEncoder(deps.encoder),
+            state=deps.state,
+            longterm=deps.longterm,
+            metrics=self.metrics,
+            short_term_candidates=rpc.short_term_candidates,
+            short_term_mode=rpc.short_term_mode,
+            turn_cache_users=rpc.turn_cache_users,
+            turn_cache_bytes=int(rpc.turn_cache_mb * 2**20),
+            slow_ms=rpc.slow_retrieval_ms,
+            exemplars=await asyncio.to_thread(exemplars_of, deps.encoder),
+        )
+
+    async def start_api(self, settings: Settings) -> FastAPI:
+        """The API with started clients; ``stop_api`` stops them. Its ingest lag is read
+        from whichever of the processors' possible consumer groups lags least."""
+        broker_url = self.stack.broker_url
+        publisher = EventPublisher(broker_url)
+        await publisher.start()
+        lag = ConsumerGroupLag(
+            broker_url,
+            ingest_groups(settings),
+            [settings.kafka.topic("events"), settings.kafka.topic("encoded")],
+        )
+        await lag.start()
+        ingest = IngestGuard(lag, settings.rpc, self.metrics)
+        ingest.start()
+        deps = ApiDeps(
+            rpc=settings.rpc,
+            kafka=settings.kafka,
+            retriever=await self.retriever(settings),
+            publisher=publisher,
+            metrics=self.metrics,
+            feedback=FeedbackSink(publisher, settings.kafka.topic("feedback")),
+            ingest=ingest,
+        )
+        if settings.intake_journal():
+            deps.intake = Intake(
+                settings.rpc,
+                data_dir=settings.data_dir,
+                topic=settings.kafka.topic("events"),
+                state=lambda: deps.retriever.state,
+                publisher=publisher,
+                metrics=self.metrics,
+            )
+            # Recovered before the API listens: a user's journaled events go out before new ones.
+            await deps.intake.start()
+        api = create_api(deps)
+        _freeze_startup_objects()
+        return api
+
+    def build_app(self, deps: Dependencies, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
+        """The faust app with the stages of ``roles`` started on it, over ``deps``."""
+        settings, metrics = deps.settings, deps.metrics
+        app = create_app(
+            settings.kafka,
+            app_id=group_id(settings, roles),
+            broker_url=self.stack.broker_url,
+            data_dir=settings.data_dir,
+        )
+        topics = create_topics(app, settings.kafka)
+        # What the consolidate role's stages share, built once before they start.
+        consolidator: Consolidator | None = None
+        if "consolidate" in roles:
+            consolidator = consolidator_from_settings(
+                settings.llm,
+                on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc(),
+                on_cut=lambda reason: metrics.consolidations_cut.labels(reason).inc(),
+            )
+        services = Services(
             settings=settings,
             metrics=metrics,
-            encoder=encoder,
-            state=open_state(settings, stack.redis_url),
-            longterm=open_store(settings.qdrant, settings.data_dir),
+            encoder=deps.encoder,
+            state=deps.state,
+            longterm=deps.longterm,
+            app=app,
+            topics=topics,
+            locks=UserLocks(),
+            consolidator=consolidator,
         )
+        for stage in STAGES:
+            if stage.role in roles:
+                stage.start(services)
+        register_samplers(
+            app,
+            metrics,
+            roles,
+            interval_s=settings.metrics_interval_s,
+            state=deps.state,
+            longterm=deps.longterm,
+            consolidator=consolidator,
+            stages=[series for stage in STAGES if stage.role in roles for series in stage.series],
+        )
+
+        async def declare_topics() -> None:
+            # Output-only topics (dlq, consolidated, ...) must exist before anyone reads them.
+            for topic in topics.all():
+                await topic.maybe_declare()
+            await deps.longterm.ensure_collection(deps.encoder.dim)
+
+        on_start(app, declare_topics)
+        return app, topics
+
+    async def close(self) -> None:
+        """Close the stores of every generation opened."""
+        for state in self._states.values():
+            await state.close()
+        for store in self._stores.values():
+            await store.close()
+
+
+async def stop_api(api: FastAPI) -> None:
+    """Stop what ``ServiceBuilder.start_api`` started."""
+    deps: ApiDeps = api.state.deps
+    if deps.ingest is not None:
+        await deps.ingest.close()
+    if deps.intake is not None:
+        await deps.intake.close()
+    await deps.publisher.close()
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what the process built to start (modules, FastAPI's routes and pydantic's
+    schemas, the clients, the model's Python side) out of every later collection: it lives
+    as long as the process, yet each full collection walked all of it. Measured in
+    ``memstream serve`` under the retrieval benchmark's one-caller load: one full
+    collection per run stalled the loop 80-160 ms; none came with the startup frozen."""
+    gc.collect()  # garbage left by the startup goes now, not frozen with the rest
+    gc.freeze()
 
 
 def app_id_for(roles: frozenset[Role], topic_prefix: str) -> str:
@@ -160,50 +355,3 @@ STAGES: tuple[StageSpec, ...] = (
     strength.STAGE,
     reminders.STAGE,
 )
-
-
-def build_app(deps: Dependencies, stack: Stack, roles: frozenset[Role]) -> tuple[faust.App, Topics]:
-    settings, metrics = deps.settings, deps.metrics
-    app = create_app(settings, app_id=group_id(settings, roles), broker_url=stack.broker_url)
-    topics = create_topics(app, settings)
-    # What the consolidate role's stages share, built once before they start.
-    consolidator: Consolidator | None = None
-    if "consolidate" in roles:
-        consolidator = consolidator_from_settings(
-            settings.llm,
-            on_fallback=lambda reason: metrics.llm_fallbacks.labels(reason).inc(),
-            on_cut=lambda reason: metrics.consolidations_cut.labels(reason).inc(),
-        )
-    services = Services(
-        settings=settings,
-        metrics=metrics,
-        encoder=deps.encoder,
-        state=deps.state,
-        longterm=deps.longterm,
-        app=app,
-        topics=topics,
-        locks=UserLocks(),
-        consolidator=consolidator,
-    )
-    for stage in STAGES:
-        if stage.role in roles:
-            stage.start(services)
-    register_samplers(
-        app,
-        metrics,
-        roles,
-        interval_s=settings.metrics_interval_s,
-        state=deps.state,
-        longterm=deps.longterm,
-        consolidator=consolidator,
-        stages=[series for stage in STAGES if stage.role in roles for series in stage.series],
-    )
-
-    async def declare_topics() -> None:
-        # Output-only topics (dlq, consolidated, ...) must exist before anyone reads them.
-        for topic in topics.all():
-            await topic.maybe_declare()
-        await deps.longterm.ensure_collection(deps.encoder.dim)
-
-    on_start(app, declare_topics)
-    return app, topics

@@ -64,7 +64,7 @@ async def read_back(
     settings: Settings, redis_url: str, events: list[tuple[str, str]]
 ) -> tuple[int, int]:
     """(accepted events memorized, distinct turns memorize wrote for these users)."""
-    state = open_state(settings, redis_url)
+    state = open_state(settings.redis, redis_url, cluster_cache_users=settings.cluster.cache_users)
     try:
         flags = await state.memorized_many([("demo", user, event) for event, user in events])
         written = sum([await state.turns_written("demo", user) for user in USERS])

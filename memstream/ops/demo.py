@@ -49,7 +49,9 @@ async def replay_sample(
     count = registry_counts(running.deps.metrics.registry)
     running.backlog.begin(0, lambda: handled_events(count))
     try:
-        sent = await replay_file(path, running.stack.broker_url, running.settings.topic("events"))
+        sent = await replay_file(
+            path, running.stack.broker_url, running.settings.kafka.topic("events")
+        )
         running.backlog.expected += sent
         settled = await wait_until_settled(running.deps.metrics, sent)
     finally:

@@ -132,7 +132,7 @@ def run_rebuild(
         raise SystemExit("memstream rebuild needs MEMSTREAM_KAFKA__BROKER and MEMSTREAM_REDIS__URL")
     if base.kafka.generation:
         raise SystemExit("MEMSTREAM_KAFKA__GENERATION is set: rebuild from the base settings")
-    events = base.topic("events")
+    events = base.kafka.topic("events")
     ends = asyncio.run(log_end(base.kafka.broker, events))
     console.print(
         f"rebuilding generation [bold]{generation.name}[/] from {sum(ends.values())} offsets of "
@@ -176,7 +176,7 @@ async def _follow_progress(
     from faust.types import TP
 
     app, count = running.app, registry_counts(running.deps.metrics.registry)
-    topic = running.settings.topic("events")
+    topic = running.settings.kafka.topic("events")
     columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as bar:
         read = bar.add_task("events read (offsets)", total=sum(ends.values()))

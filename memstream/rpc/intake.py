@@ -19,7 +19,7 @@ from pathlib import Path
 
 from memstream.metrics import Metrics
 from memstream.schemas import InteractionEvent
-from memstream.settings import Settings
+from memstream.settings import RPCSettings
 from memstream.stores.journal import IntakeJournal
 from memstream.stores.short_term import ShortTermState
 from memstream.streaming.broker import EventPublisher
@@ -30,8 +30,9 @@ CHUNK = 5_000  # events per pipelined read and per publish at recovery
 TOPIC_WAIT_S = 30.0  # a fresh embedded broker: the processors declare the topic meanwhile
 
 
-def journal_folder(settings: Settings) -> Path:
-    return settings.data_dir / "intake"
+def journal_folder(data_dir: Path) -> Path:
+    """Where a process with the data folder ``data_dir`` journals its intake."""
+    return data_dir / "intake"
 
 
 async def settled(
@@ -58,21 +59,23 @@ class Intake:
 
     def __init__(
         self,
-        settings: Settings,
+        rpc: RPCSettings,
         *,
+        data_dir: Path,
+        topic: str,
         state: Callable[[], ShortTermState],
         publisher: EventPublisher,
         metrics: Metrics,
     ) -> None:
-        rpc = settings.rpc
+        """``topic``: the events topic, where recovered events are published again."""
         self.journal = IntakeJournal(
-            journal_folder(settings),
+            journal_folder(data_dir),
             segment_bytes=int(rpc.journal_segment_mb * 2**20),
             segment_age_s=rpc.journal_segment_age_s,
             settle_s=rpc.journal_settle_s,
             max_age_s=rpc.journal_max_age_s,
         )
-        self.topic = settings.topic("events")
+        self.topic = topic
         self.interval_s = rpc.journal_prune_interval_s
         self.state = state  # the serving generation's: a switch swaps it (memstream.generations)
         self.publisher = publisher

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from memstream.metrics import Metrics
 from memstream.rpc.server import ApiDeps, create_api
-from memstream.settings import Settings
+from memstream.settings import KafkaSettings, RPCSettings
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
@@ -24,7 +24,8 @@ def openapi_document() -> dict[str, Any]:
     # Building the routes reads only the settings and the metrics: the stores are never
     # touched, so none are opened.
     deps = ApiDeps(
-        settings=Settings(),
+        rpc=RPCSettings(),
+        kafka=KafkaSettings(),
         retriever=cast(Any, None),
         publisher=cast(Any, None),
         metrics=Metrics(CollectorRegistry()),

@@ -57,7 +57,7 @@ from memstream.schemas import (
 )
 from memstream.schemas.common import USER_ID_RULE, UserId
 from memstream.schemas.rpc import ErrorBody, ForgetResponse, MemoryPage
-from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
+from memstream.settings import DEMO_API_KEY, DEMO_TENANT, KafkaSettings, RPCSettings
 from memstream.stores.forget import forget_user
 from memstream.streaming.broker import EventPublisher
 
@@ -92,7 +92,8 @@ NOT_FOUND: dict[int | str, dict[str, object]] = {
 
 @dataclass
 class ApiDeps:
-    settings: Settings
+    rpc: RPCSettings
+    kafka: KafkaSettings  # the topics the API publishes to
     retriever: Retriever
     publisher: EventPublisher
     metrics: Metrics
@@ -149,8 +150,8 @@ async def authenticate(
         key = token.strip()
     if not key:
         raise HTTPException(401, "missing API key ('Authorization: Bearer <api key>')")
-    settings: Settings = request.app.state.settings
-    tenant = settings.tenant_for_key(key)
+    deps: ApiDeps = request.app.state.deps
+    tenant = deps.rpc.tenant_for_key(key)
     if tenant is None and key == DEMO_API_KEY:
         # Known, but switched off: configuring real keys disables the documented demo key.
         raise HTTPException(403, "the demo key is disabled on this deployment (rpc.api_keys)")
@@ -251,7 +252,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def create_api(deps: ApiDeps) -> FastAPI:
-    settings, metrics = deps.settings, deps.metrics
+    rpc, metrics = deps.rpc, deps.metrics
     # FastAPIOffline: /docs (Swagger UI) and /redoc served from the assets inside the
     # fastapi-offline wheel, not from a CDN, so the pages work with no network.
     api = FastAPIOffline(
@@ -265,12 +266,11 @@ def create_api(deps: ApiDeps) -> FastAPI:
         swagger_ui_parameters={"persistAuthorization": True, "displayOperationId": True},
     )
 
-    api.state.settings = settings
     api.state.deps = deps  # memstream.generations swaps deps.retriever when the generation switches
 
-    api.add_middleware(RequestGuard, max_body_bytes=settings.rpc.max_body_bytes, metrics=metrics)
-    gate = Gate(params_of(settings.rpc), metrics) if settings.rpc.admission else None
-    metrics.declare_tenants(sorted(set(settings.rpc.api_keys.values()) or {DEMO_TENANT}))
+    api.add_middleware(RequestGuard, max_body_bytes=rpc.max_body_bytes, metrics=metrics)
+    gate = Gate(params_of(rpc), metrics) if rpc.admission else None
+    metrics.declare_tenants(sorted(set(rpc.api_keys.values()) or {DEMO_TENANT}))
 
     _route_retrieve(api, deps, gate)
     _route_memory_reads(api, deps)
@@ -285,8 +285,6 @@ def create_api(deps: ApiDeps) -> FastAPI:
 
 
 def _route_retrieve(api: FastAPI, deps: ApiDeps, gate: Gate | None) -> None:
-    settings = deps.settings
-
     @api.post(
         "/v1/retrieve",
         response_model=RetrieveResponse,
@@ -316,7 +314,7 @@ def _route_retrieve(api: FastAPI, deps: ApiDeps, gate: Gate | None) -> None:
         if body.after_event_id is not None:
             # Waited before taking an admission slot: a caller waiting on the pipeline holds
             # none. With a deadline, the wait leaves half of it for the retrieval itself.
-            rpc = settings.rpc
+            rpc = deps.rpc
             wait_ms = rpc.read_your_writes_max_ms
             if deadline_ms is not None:
                 wait_ms = min(wait_ms, deadline_ms / 2)
@@ -383,8 +381,6 @@ def _route_memory_reads(api: FastAPI, deps: ApiDeps) -> None:
 
 
 def _route_forget(api: FastAPI, deps: ApiDeps) -> None:
-    settings = deps.settings
-
     @api.delete(
         "/v1/users/{user_id}", response_model=ForgetResponse, responses=ERRORS, tags=["users"]
     )
@@ -400,7 +396,7 @@ def _route_forget(api: FastAPI, deps: ApiDeps) -> None:
         retriever.turn_index.evict(tenant_id, user_id)
         command = Control(tenant_id=tenant_id, user_id=user_id, action="forget_user", ts=at)
         await deps.publisher.publish(
-            settings.topic("control"), command.user_key, command.model_dump_json().encode()
+            deps.kafka.topic("control"), command.user_key, command.model_dump_json().encode()
         )
         return ForgetResponse(
             user_id=user_id,
@@ -411,8 +407,6 @@ def _route_forget(api: FastAPI, deps: ApiDeps) -> None:
 
 
 def _route_events(api: FastAPI, deps: ApiDeps) -> None:
-    settings = deps.settings
-
     @api.post(
         "/v1/events",
         response_model=AddEventsResponse,
@@ -450,7 +444,8 @@ def _route_events(api: FastAPI, deps: ApiDeps) -> None:
             except OSError as exc:  # a full or failing disk: nothing accepted, retry later
                 raise HTTPException(503, f"the intake journal cannot write: {exc}") from exc
         await deps.publisher.publish_many(
-            settings.topic("events"), [(e.user_key, v) for e, v in zip(events, values, strict=True)]
+            deps.kafka.topic("events"),
+            [(e.user_key, v) for e, v in zip(events, values, strict=True)],
         )
         if deps.ingest is not None:
             deps.ingest.accepted(len(events))
@@ -458,7 +453,7 @@ def _route_events(api: FastAPI, deps: ApiDeps) -> None:
 
 
 def _route_operations(api: FastAPI, deps: ApiDeps) -> None:
-    settings, metrics = deps.settings, deps.metrics
+    metrics = deps.metrics
 
     @api.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
@@ -489,7 +484,7 @@ def _route_operations(api: FastAPI, deps: ApiDeps) -> None:
             "catching_up": pending > 0,
             "pending_events": pending,
             "ingest_lag": None if deps.ingest is None else deps.ingest.lag(),
-            "ingest_max_lag": settings.rpc.ingest_max_lag,
+            "ingest_max_lag": deps.rpc.ingest_max_lag,
             "took_ms": round((time.perf_counter() - started) * 1000, 2),
         }
         return JSONResponse(body, 200 if ok else 503)

@@ -20,6 +20,7 @@ import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import aiokafka
@@ -29,7 +30,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import EventT, TransportT
 
 from memstream.schemas import TOPICS
-from memstream.settings import Settings
+from memstream.settings import KafkaSettings
 
 # -- the consumer transport ---------------------------------------------------------------
 
@@ -124,46 +125,47 @@ class MemstreamApp(faust.App):
         return ShortFetchTransport(self.conf.broker_consumer, self)
 
 
-def create_app(settings: Settings, *, app_id: str, broker_url: str) -> faust.App:
+def create_app(kafka: KafkaSettings, *, app_id: str, broker_url: str, data_dir: Path) -> faust.App:
     """A faust app with broker settings that suit both Kafka and the embedded Tansu broker.
 
     Tansu answers group joins in about half the session timeout, so the timeout is short;
     per-user state lives in Redis, so the app declares no tables (no changelog recovery).
+    ``data_dir``: the process's data folder; faust keeps its files in ``faust/<app_id>``.
     """
-    datadir = settings.data_dir / "faust" / app_id
+    datadir = data_dir / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
-    ShortFetchConsumerThread.fetch_max_wait_ms = settings.kafka.fetch_max_wait_ms
+    ShortFetchConsumerThread.fetch_max_wait_ms = kafka.fetch_max_wait_ms
     ShortFetchConsumerThread.fetch_idle_wait_ms = max(
-        settings.kafka.fetch_idle_wait_ms, settings.kafka.fetch_max_wait_ms
+        kafka.fetch_idle_wait_ms, kafka.fetch_max_wait_ms
     )
     return MemstreamApp(
         app_id,
         broker=broker_url,
-        broker_session_timeout=settings.kafka.session_timeout_s,
-        broker_heartbeat_interval=max(settings.kafka.session_timeout_s / 3, 0.5),
+        broker_session_timeout=kafka.session_timeout_s,
+        broker_heartbeat_interval=max(kafka.session_timeout_s / 3, 0.5),
         broker_commit_every=100,
         broker_commit_interval=1.0,
         stream_wait_empty=False,
-        topic_partitions=settings.kafka.partitions,
-        topic_replication_factor=settings.kafka.replication_factor,
+        topic_partitions=kafka.partitions,
+        topic_replication_factor=kafka.replication_factor,
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
         web_enabled=False,
         autodiscover=False,
         datadir=str(datadir),
         producer_acks=-1,
-        processing_guarantee=settings.kafka.processing_guarantee,
+        processing_guarantee=kafka.processing_guarantee,
     )
 
 
-def create_topics(app: faust.App, settings: Settings) -> Topics:
+def create_topics(app: faust.App, kafka: KafkaSettings) -> Topics:
     """Raw-bytes topics: values are decoded by the stages so that bad input reaches the DLQ."""
     made = {
         t.name: app.topic(
-            settings.topic(t.name),
+            kafka.topic(t.name),
             key_serializer="raw",
             value_serializer="raw",
-            partitions=t.partitions or settings.kafka.partitions,
+            partitions=t.partitions or kafka.partitions,
             # "internal": faust declares the topic before it subscribes. Kafka does not
             # create a topic for a consumer, and a group that joined before its topics
             # existed is assigned nothing until its next metadata refresh (5 minutes).

@@ -17,7 +17,12 @@ from memstream.memory.clustering import ClusterParams
 from memstream.memory.links import LinkParams
 from memstream.memory.recurrence import RecurrenceParams
 from memstream.memory.strength import StrengthParams
-from memstream.settings import ClusterSettings, ConsolidationSettings, RecurrenceSettings, Settings
+from memstream.settings import (
+    ClusterSettings,
+    ConsolidationSettings,
+    MaintenanceSettings,
+    RecurrenceSettings,
+)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -66,10 +71,10 @@ def link_params(c: ConsolidationSettings) -> LinkParams:
     return engine_params(LinkParams, c, similarity="link_similarity")
 
 
-def strength_params(settings: Settings) -> StrengthParams:
+def strength_params(m: MaintenanceSettings) -> StrengthParams:
     return engine_params(
         StrengthParams,
-        settings.maintenance,
+        m,
         boost="strength_boost",
         decay="strength_decay",
         floor="strength_floor",

@@ -31,6 +31,8 @@ class Services:
     """What the stages of one process share: the stores and the app they register on, and
     the objects a role's stages share, built once before any stage starts."""
 
+    # Whole, unlike the adapters' sections: the stages between them read seven of its
+    # sections (the engines' parameters, batch sizes, timers), each stage its own few.
     settings: Settings
     metrics: Metrics
     encoder: TextEncoder

@@ -216,7 +216,7 @@ def start(services: Services) -> None:
         min_interval_s=c.min_interval_s,
         locks=services.locks,
         links=link_params(c),
-        strength=strength_params(settings),
+        strength=strength_params(settings.maintenance),
     )
     stage = services.stage(NAME, topics.triggers)
 

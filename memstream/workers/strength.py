@@ -107,7 +107,10 @@ class StrengthWorker:
 
 def start(services: Services) -> None:
     worker = StrengthWorker(
-        services.longterm, services.state, services.locks, strength_params(services.settings)
+        services.longterm,
+        services.state,
+        services.locks,
+        strength_params(services.settings.maintenance),
     )
     stage = services.stage(FEEDBACK_NAME, services.topics.feedback)
 

@@ -58,7 +58,7 @@ def test_the_log_survives_a_cluster_restart_and_rebuilds(
     # Every node stopped at once, then started on the same data folders.
     broker.run("down")
     broker.run("up")
-    records = asyncio.run(read_topic(base.kafka.broker, base.topic("events")))
+    records = asyncio.run(read_topic(base.kafka.broker, base.kafka.topic("events")))
     logged = sorted(InteractionEvent.model_validate_json(v).event_id for v in records)
     assert logged == sorted(e.event_id for e in events)
 
@@ -66,7 +66,7 @@ def test_the_log_survives_a_cluster_restart_and_rebuilds(
     again = MemstreamProcess(base, tmp_path / "again.log").start()
     try:
         # Offsets committed at the graceful stop survived the cluster's restart too.
-        assert caught_up_with_nothing_new(again, base.topic("events")) == 0
+        assert caught_up_with_nothing_new(again, base.kafka.topic("events")) == 0
     finally:
         assert again.stop() == 0
     assert snapshot(base.redis.url, base.redis.prefix, qdrant) == before

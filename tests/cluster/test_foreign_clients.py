@@ -96,7 +96,7 @@ def test_foreign_client_events_are_remembered_and_dlq_and_consolidated_read_back
     key = f"{DEMO_TENANT}:{user}"
     turn, pinned = f"{user}-turn", f"{user}-pin"
     client.produce(
-        settings.topic("events"),
+        settings.kafka.topic("events"),
         [
             (key, event(user, turn, "Please send the invoice for order K-5521 to billing.")),
             (key, b"not json at all"),  # dead-lettered, the stream goes on
@@ -119,7 +119,7 @@ def test_foreign_client_events_are_remembered_and_dlq_and_consolidated_read_back
         letters[:] = [d for d in parsed if d.key == key]
         return bool(letters)
 
-    client.read(settings.topic("dlq"), dead_letter, 90)
+    client.read(settings.kafka.topic("dlq"), dead_letter, 90)
     assert [(d.stage, "not json at all" in d.original) for d in letters] == [("encode", True)]
 
     memories: list[ConsolidatedMemory] = []
@@ -129,6 +129,6 @@ def test_foreign_client_events_are_remembered_and_dlq_and_consolidated_read_back
         memories[:] = [m for m in parsed if m.user_id == user and pinned in m.source_event_ids]
         return bool(memories)
 
-    client.read(settings.topic("consolidated"), consolidated, 150)
+    client.read(settings.kafka.topic("consolidated"), consolidated, 150)
     assert memories[0].tenant_id == DEMO_TENANT
     assert "LC-88213" in json.dumps(memories[0].model_dump(mode="json"))

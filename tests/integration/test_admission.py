@@ -22,7 +22,7 @@ from memstream.client import AsyncMemoryClient
 from memstream.metrics import Metrics
 from memstream.rpc.retrieval import QueryEncoder, Retriever
 from memstream.rpc.server import ApiDeps, create_api
-from memstream.settings import DEMO_API_KEY, DEMO_TENANT, Settings
+from memstream.settings import DEMO_API_KEY, DEMO_TENANT, RPCSettings, Settings
 from memstream.stores.embedded import EmbeddedBroker, EmbeddedRedis
 from memstream.stores.encoder import OnnxEncoder
 from memstream.stores.qdrant_edge_store import QdrantEdgeStore
@@ -78,7 +78,9 @@ async def serve(
             metrics=metrics,
             short_term_candidates=500,
         )
-        app = create_api(ApiDeps(Settings(**base, rpc=rpc), retriever, publisher, metrics))
+        app = create_api(
+            ApiDeps(RPCSettings.model_validate(rpc), settings.kafka, retriever, publisher, metrics)
+        )
         return Served(httpx.ASGITransport(app=app), registry)
 
     yield make

@@ -140,8 +140,8 @@ async def api(
         metrics=metrics,
         short_term_candidates=500,
     )
-    feedback = FeedbackSink(publisher, settings.topic("feedback"))
-    app = create_api(ApiDeps(settings, retriever, publisher, metrics, feedback))
+    feedback = FeedbackSink(publisher, settings.kafka.topic("feedback"))
+    app = create_api(ApiDeps(settings.rpc, settings.kafka, retriever, publisher, metrics, feedback))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
         found = Api(http, state, longterm, encoder, settings, feedback, transport)
@@ -305,7 +305,7 @@ async def test_forget_leaves_no_residue_and_in_flight_events_stay_forgotten(api:
 async def _read(api: Api, name: str, at_least: int) -> list[bytes]:
     """Every record of one of the API's topics so far (at least ``at_least``)."""
     consumer = AIOKafkaConsumer(
-        api.settings.topic(name),
+        api.settings.kafka.topic(name),
         bootstrap_servers=bootstrap_servers(api.settings.kafka.broker),
         auto_offset_reset="earliest",
         group_id=f"test-{uuid.uuid4().hex[:6]}",

@@ -86,7 +86,7 @@ async def encoded_vectors(settings: Settings, want: set[str]) -> dict[str, np.nd
     bits differently, and a centroid is a running sum of them.
     """
     found: dict[str, np.ndarray] = {}
-    for _key, value in await read_topic(settings.kafka.broker, settings.topic("encoded")):
+    for _key, value in await read_topic(settings.kafka.broker, settings.kafka.topic("encoded")):
         encoded = EncodedEvent.model_validate_json(value)
         found[encoded.event.event_id] = np.asarray(encoded.embedding, np.float32)
     assert want <= found.keys(), "every memorized event is on memstream.encoded"
@@ -197,7 +197,7 @@ def test_redis_state_equals_the_pure_engine(running: MemstreamProcess, tmp_path:
     path = tmp_path / "stream.jsonl"
     path.write_text("\n".join(json.dumps(e) for e in events(turns)) + "\n")
     sent = asyncio.run(
-        replay_file(path, settings.kafka.broker, settings.topic("events"), progress=False)
+        replay_file(path, settings.kafka.broker, settings.kafka.topic("events"), progress=False)
     )
     assert sent == len(turns)
     users = sorted({t.user_id for t in turns})

@@ -216,7 +216,9 @@ def replay_under(
             **setting.sections,
         )
         with stack(base, where, setting.apart) as (procs, data_dir):
-            asyncio.run(replay_file(log, base.kafka.broker, base.topic("events"), progress=False))
+            asyncio.run(
+                replay_file(log, base.kafka.broker, base.kafka.topic("events"), progress=False)
+            )
             settle(procs, events)
             calls = counts(procs)("memstream_llm_calls_total")
         done.append((setting.name, snapshot(base, data_dir, calls)))

@@ -95,7 +95,7 @@ def test_confluent_kafka_bot_is_remembered_dead_lettered_and_consolidated(
     pinned = f"{user}-pin"
     produce(
         servers,
-        settings.topic("events"),
+        settings.kafka.topic("events"),
         [
             (key, b""),  # invalid events: dead-lettered, the stream goes on
             (key, None),  # a null value (a Kafka tombstone), not even empty bytes
@@ -118,7 +118,9 @@ def test_confluent_kafka_bot_is_remembered_dead_lettered_and_consolidated(
         parsed = (DeadLetter.model_validate_json(v) for v in letters)
         return [d for d in parsed if d.key == key]
 
-    letters = ours(read_until(servers, settings.topic("dlq"), lambda vs: len(ours(vs)) > 1, 60))
+    letters = ours(
+        read_until(servers, settings.kafka.topic("dlq"), lambda vs: len(ours(vs)) > 1, 60)
+    )
     reasons = sorted(letter.reason for letter in letters)
     assert reasons == ["empty value", "empty value (null record)"], letters
     assert {letter.stage for letter in letters} == {"encode"}
@@ -128,7 +130,7 @@ def test_confluent_kafka_bot_is_remembered_dead_lettered_and_consolidated(
         return [m for m in memories if m.user_id == user and pinned in m.source_event_ids]
 
     values = read_until(
-        servers, settings.topic("consolidated"), lambda vs: bool(consolidated(vs)), 120
+        servers, settings.kafka.topic("consolidated"), lambda vs: bool(consolidated(vs)), 120
     )
     memory = consolidated(values)[0]
     assert memory.tenant_id == DEMO_TENANT

@@ -47,7 +47,9 @@ def write_events(path: Path) -> Path:
 
 def forgotten(settings: Settings) -> float | None:
     async def read() -> float | None:
-        state = open_state(settings, settings.redis.url)
+        state = open_state(
+            settings.redis, settings.redis.url, cluster_cache_users=settings.cluster.cache_users
+        )
         try:
             return await state.forgotten_at("demo", USER)
         finally:

@@ -50,7 +50,9 @@ def batch(n: int, round_: int) -> list[dict[str, str]]:
 
 def stored(settings: Settings) -> dict[str, list[str]]:
     async def read() -> dict[str, list[str]]:
-        state = open_state(settings, settings.redis.url)
+        state = open_state(
+            settings.redis, settings.redis.url, cluster_cache_users=settings.cluster.cache_users
+        )
         try:
             return {u: await state.timeline_ids("demo", u) for u in USERS}
         finally:

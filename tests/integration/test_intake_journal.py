@@ -34,7 +34,9 @@ def stored(settings: Settings) -> tuple[dict[str, list[str]], int]:
     """Each user's timeline, and the distinct turns ever written (all users)."""
 
     async def read() -> tuple[dict[str, list[str]], int]:
-        state = open_state(settings, settings.redis.url)
+        state = open_state(
+            settings.redis, settings.redis.url, cluster_cache_users=settings.cluster.cache_users
+        )
         try:
             turns = {u: await state.timeline_ids("demo", u) for u in USERS}
             written = sum([await state.turns_written("demo", u) for u in USERS])

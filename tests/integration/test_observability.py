@@ -210,12 +210,12 @@ def publish_sample(settings: Settings) -> None:
 
     async def publish() -> None:
         await replay_file(
-            SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False
+            SAMPLE_STREAM, settings.kafka.broker, settings.kafka.topic("events"), progress=False
         )
         bad = EventPublisher(settings.kafka.broker)
         await bad.start()
         try:
-            await bad.publish_many(settings.topic("events"), [("t:u", b"not an event")])
+            await bad.publish_many(settings.kafka.topic("events"), [("t:u", b"not an event")])
         finally:
             await bad.close()
 
@@ -256,8 +256,8 @@ def test_every_catalogued_series_is_present_and_moving(up: MemstreamProcess) -> 
     assert not any(errors.values()), errors
     lag = by_metric(after, "memstream_consumer_lag", "gauge")
     topics = {dict(labels)["topic"] for labels in lag}
-    assert settings.topic("events") in topics
-    assert settings.topic("triggers") in topics
+    assert settings.kafka.topic("events") in topics
+    assert settings.kafka.topic("triggers") in topics
 
 
 def test_split_processes_each_export_their_series_and_answer_probes(split: Split) -> None:

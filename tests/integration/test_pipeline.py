@@ -30,7 +30,9 @@ def retrieve(process: MemstreamProcess, user_id: str, query: str) -> dict:
 def test_recurring_order_is_consolidated_and_retrieved(running: MemstreamProcess) -> None:
     settings = running.settings
     sent = asyncio.run(
-        replay_file(SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False)
+        replay_file(
+            SAMPLE_STREAM, settings.kafka.broker, settings.kafka.topic("events"), progress=False
+        )
     )
     assert sent > 100
     question = json.loads(DEMO_QUESTIONS.read_text())[0]
@@ -73,7 +75,7 @@ def test_event_posted_to_rpc_becomes_retrievable(running: MemstreamProcess) -> N
 
 async def _dead_letters(settings: Settings, want: int) -> list[DeadLetter]:
     consumer = AIOKafkaConsumer(
-        settings.topic("dlq"),
+        settings.kafka.topic("dlq"),
         bootstrap_servers=bootstrap_servers(settings.kafka.broker),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -113,7 +115,7 @@ def test_invalid_events_go_to_dlq_and_the_stream_goes_on(running: MemstreamProce
         try:
             key = f"demo:{user}"
             await publisher.publish_many(
-                settings.topic("events"),
+                settings.kafka.topic("events"),
                 [(key, bad_json), (key, bad_role), (key, json.dumps(valid).encode())],
             )
         finally:

@@ -69,7 +69,7 @@ def letters(settings: Settings, topic: str) -> int:
 def replay_and_settle(process: MemstreamProcess, events: int, stream: Path = SAMPLE_STREAM) -> None:
     settings = process.settings
     asyncio.run(
-        replay_file(stream, settings.kafka.broker, settings.topic("events"), progress=False)
+        replay_file(stream, settings.kafka.broker, settings.kafka.topic("events"), progress=False)
     )
     deadline, last = time.monotonic() + 120, (-1.0, -1.0)
     while time.monotonic() < deadline:  # settled: every event handled, quiet for a second
@@ -189,7 +189,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
         redis_url = base.redis.url
         new_prefix = f"{base.redis.prefix}.{GENERATION}"
 
-        dead_before = letters(base, base.topic("dlq"))
+        dead_before = letters(base, base.kafka.topic("dlq"))
         assert dead_before == 2
         # Interrupt a rebuild once it has written state, then run it again to the end.
         first = memstream("rebuild", GENERATION, "--no-switch", settings=rebuilding)
@@ -204,7 +204,7 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
         finish(memstream("rebuild", GENERATION, "--no-switch", settings=rebuilding))
         # The log's invalid events are dead-lettered again, in the rebuild's own topic: the
         # shared one operators watch gets no repeats.
-        assert letters(base, base.topic("dlq")) == dead_before
+        assert letters(base, base.kafka.topic("dlq")) == dead_before
         rebuild_dlq = f"{base.kafka.topic_prefix}.{GENERATION}.rebuild-dlq"
         assert letters(base, rebuild_dlq) >= 2  # the interrupted run may have sent some too
         built, active = generations(redis_url, base.redis.prefix)

@@ -76,7 +76,7 @@ def publish(
         await publisher.start()
         try:
             await publisher.publish_many(
-                settings.topic(topic),
+                settings.kafka.topic(topic),
                 [(f"{m.tenant_id}:{m.user_id}", m.model_dump_json().encode()) for m in messages],
             )
         finally:

@@ -77,7 +77,10 @@ def test_replay_twice_across_restart(
         try:
             asyncio.run(
                 replay_file(
-                    SAMPLE_STREAM, settings.kafka.broker, settings.topic("events"), progress=False
+                    SAMPLE_STREAM,
+                    settings.kafka.broker,
+                    settings.kafka.topic("events"),
+                    progress=False,
                 )
             )
             wait_for(

@@ -46,7 +46,7 @@ def test_logs_top_and_sigterm(settings_factory: Callable[..., Settings], tmp_pat
             await publisher.start()
             try:
                 bad = json.dumps({"event_id": "bad-event-1", "text": 5}).encode()
-                await publisher.publish_many(settings.topic("events"), [("t:u1", bad)])
+                await publisher.publish_many(settings.kafka.topic("events"), [("t:u1", bad)])
             finally:
                 await publisher.close()
 

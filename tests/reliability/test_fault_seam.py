@@ -15,7 +15,7 @@ from memstream.settings import QdrantSettings, Settings
 from memstream.stores.embedded import free_port
 from memstream.stores.longterm import LongTermStore
 from memstream.streaming.stage import is_outage
-from memstream.wiring import Dependencies, Stack
+from memstream.wiring import ServiceBuilder, Stack
 from reliability.roles import SwitchableLongTerm, switchable_opener
 
 
@@ -46,10 +46,10 @@ async def test_dependencies_hold_the_store_the_seam_opened(tmp_path: Path) -> No
     settings = Settings(data_dir=tmp_path)
     # Nothing is contacted while building: Redis and the store connect on first use.
     stack = Stack("kafka://127.0.0.1:1", f"redis://127.0.0.1:{free_port()}")
-    deps = Dependencies.build(settings, stack, Metrics(CollectorRegistry()), open_store=recording)
+    builder = ServiceBuilder(stack, Metrics(CollectorRegistry()), open_store=recording)
+    deps = builder.dependencies(settings)
     try:
         assert opened == [deps.longterm]
         assert isinstance(deps.longterm, SwitchableLongTerm)
     finally:
-        await deps.longterm.close()
-        await deps.state.close()
+        await builder.close()

@@ -35,7 +35,7 @@ def test_unset_settings_give_the_engine_defaults(env: pytest.MonkeyPatch) -> Non
     settings = Settings()
     assert cluster_params(settings.cluster) == ClusterParams()
     assert recurrence_params(settings.recurrence) == RecurrenceParams()
-    assert strength_params(settings) == StrengthParams()
+    assert strength_params(settings.maintenance) == StrengthParams()
     assert link_params(settings.consolidation) == LinkParams()
 
 
@@ -52,7 +52,7 @@ def test_variables_reach_the_engine_under_their_names(env: pytest.MonkeyPatch) -
     assert (clusters.merge_threshold, clusters.buffer_size) == (0.8, 4)
     assert clusters.create_threshold == ClusterParams().create_threshold
     assert recurrence_params(settings.recurrence).eager is True
-    strength = strength_params(settings)
+    strength = strength_params(settings.maintenance)
     assert (strength.boost, strength.interval_s, strength.decay) == (1.5, 60.0, 0.99)
     assert link_params(settings.consolidation) == LinkParams(similarity=0.9, max_links=3)
 

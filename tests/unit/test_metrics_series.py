@@ -23,7 +23,7 @@ from memstream.metrics import BATCH_BUCKETS, DLQ_REASONS, Metrics, StageSeries
 from memstream.ops.top import Scrape, heading, http_rates, quantile, render
 from memstream.rpc.server import ApiDeps, create_api
 from memstream.sampling import LagSampler, is_internal_topic
-from memstream.settings import Settings
+from memstream.settings import KafkaSettings, RPCSettings
 from memstream.stores.encoder import EncoderStats
 from memstream.streams import control, encode, memorize
 from memstream.wiring import STAGES
@@ -40,7 +40,7 @@ def samples(metrics: Metrics) -> dict[str, dict[tuple[tuple[str, str], ...], flo
 
 
 def series_of(role: str) -> list[StageSeries]:
-    """What ``wiring.build_app`` declares for a process playing ``role``."""
+    """What ``wiring.ServiceBuilder.build_app`` declares for a process playing ``role``."""
     return [series for stage in STAGES if stage.role == role for series in stage.series]
 
 
@@ -80,7 +80,8 @@ def test_the_api_declares_its_routes_and_phases_at_zero() -> None:
     metrics = Metrics(CollectorRegistry())
     create_api(
         ApiDeps(
-            settings=Settings(),
+            rpc=RPCSettings(),
+            kafka=KafkaSettings(),
             retriever=cast(Any, None),
             publisher=cast(Any, None),
             metrics=metrics,

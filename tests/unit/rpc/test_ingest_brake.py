@@ -17,7 +17,7 @@ from memstream.client import MemoryClient
 from memstream.metrics import Metrics
 from memstream.rpc.ingest import IngestBrake, IngestGuard
 from memstream.rpc.server import ApiDeps, create_api
-from memstream.settings import DEMO_API_KEY, DEMO_TENANT, RPCSettings, Settings
+from memstream.settings import DEMO_API_KEY, DEMO_TENANT, KafkaSettings, RPCSettings
 from memstream.streaming.broker import GroupLag
 
 
@@ -127,7 +127,8 @@ async def test_the_endpoint_refuses_whole_requests_with_retry_after() -> None:
     publisher = FakePublisher()
     api = create_api(
         ApiDeps(
-            settings=Settings(),
+            rpc=RPCSettings(),
+            kafka=KafkaSettings(),
             retriever=cast(Any, None),
             publisher=cast(Any, publisher),
             metrics=metrics,
@@ -163,7 +164,8 @@ async def test_the_endpoint_refuses_whole_requests_with_retry_after() -> None:
 def test_the_documented_responses_of_add_events_include_the_429() -> None:
     api = create_api(
         ApiDeps(
-            settings=Settings(),
+            rpc=RPCSettings(),
+            kafka=KafkaSettings(),
             retriever=cast(Any, None),
             publisher=cast(Any, None),
             metrics=Metrics(CollectorRegistry()),

@@ -55,7 +55,14 @@ def intake(tmp_path: Path, state: FakeShortTermState, publisher: Publisher) -> I
     )
     publisher_: Any = publisher
     metrics = Metrics(CollectorRegistry())
-    return Intake(settings, state=lambda: state, publisher=publisher_, metrics=metrics)
+    return Intake(
+        settings.rpc,
+        data_dir=settings.data_dir,
+        topic=settings.kafka.topic("events"),
+        state=lambda: state,
+        publisher=publisher_,
+        metrics=metrics,
+    )
 
 
 async def test_a_start_republishes_the_journaled_events_not_memorized(tmp_path: Path) -> None:
@@ -73,7 +80,7 @@ async def test_a_start_republishes_the_journaled_events_not_memorized(tmp_path: 
     publisher = Publisher()
     second = intake(tmp_path, state, publisher)
     assert await second.start() == 2
-    topic = Settings().topic("events")
+    topic = Settings().kafka.topic("events")
     assert [(t, k) for t, k, _ in publisher.sent] == [(topic, "acme:u1"), (topic, "acme:u1")]
     assert [InteractionEvent.model_validate_json(v) for _, _, v in publisher.sent] == [
         events[0],
@@ -97,13 +104,9 @@ async def test_pruning_deletes_segments_once_their_events_are_memorized(tmp_path
     assert journal.journal.segments == 1
     await journal.prune()  # the second (journal_settle_s 0)
     assert journal.journal.segments == 0
-    assert list(journal_folder(journal_settings(tmp_path)).glob("*.jsonl")) == []
+    assert list(journal_folder(tmp_path).glob("*.jsonl")) == []
     assert journal.metrics.journal_bytes._value.get() == 0
     await journal.close()
-
-
-def journal_settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path)
 
 
 async def test_a_forgotten_users_events_are_settled_when_looked_at_thoroughly() -> None:

@@ -30,7 +30,12 @@ TIMERS = {"process": [], "consolidate": ["memstream.decay", "memstream.reminders
 
 def services(*, consolidator: bool = True) -> Services:
     settings = Settings()
-    app = create_app(settings, app_id="stage-table-test", broker_url="kafka://localhost:9")
+    app = create_app(
+        settings.kafka,
+        app_id="stage-table-test",
+        broker_url="kafka://localhost:9",
+        data_dir=settings.data_dir,
+    )
     return Services(
         settings=settings,
         metrics=Metrics(CollectorRegistry()),
@@ -38,7 +43,7 @@ def services(*, consolidator: bool = True) -> Services:
         state=FakeShortTermState(),
         longterm=QdrantClientStore(":memory:", "memories"),  # nothing opened until used
         app=app,
-        topics=create_topics(app, settings),
+        topics=create_topics(app, settings.kafka),
         locks=UserLocks(),
         consolidator=ExtractiveConsolidator() if consolidator else None,
     )
