@@ -138,6 +138,9 @@ class ShortTermState(Protocol):
       user's newest event minus ``ttl_days``, or past ``max_turns`` (oldest first, pinned
       last), exactly as ``memory.hot_tier.evictions`` decides -- never by a wall-clock TTL,
       so a replay leaves the same turns hot. A turn applied again is not counted again.
+      A turn that leaves stays readable by ``turns`` (not by ``member_vectors``: a split
+      decides the same whatever the archive's progress), listed by ``leaving``, until
+      ``release_archived``: no turn is ever in neither Redis nor the archive.
     - **Vectors as stored.** Embeddings are kept as float16 and read back as float32, so a
       turn ranks the same from the hot tier and from the archive.
     - **The turn version token.** ``turns_version`` (``tver``) is fresh on every ``apply``
@@ -198,7 +201,8 @@ class ShortTermState(Protocol):
     async def turns(
         self, tenant_id: str, user_id: str, event_ids: Sequence[str]
     ) -> list[TurnWithVector]:
-        """The hot turns among ``event_ids``, in the order asked (others are skipped)."""
+        """The turns among ``event_ids`` still in Redis (hot or leaving), in the order
+        asked (others are skipped)."""
         ...
 
     async def clusters(self, tenant_id: str, user_id: str) -> list[Cluster]:
@@ -207,7 +211,9 @@ class ShortTermState(Protocol):
 
     async def member_vectors(
         self, tenant_id: str, user_id: str, event_ids: Sequence[str]
-    ) -> dict[str, np.ndarray]: ...
+    ) -> dict[str, np.ndarray]:
+        """Unit embeddings of the hot turns among ``event_ids`` (for a cluster split)."""
+        ...
 
     async def trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> bool: ...
 
