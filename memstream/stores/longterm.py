@@ -107,35 +107,9 @@ class ScoredMemory:
     score: float  # cosine similarity in [-1, 1], higher is better
 
 
-@runtime_checkable
-class LongTermStore(Protocol):
-    """Consolidated long-term memories, one point per memory in one collection.
-
-    Contract, identical for every backend:
-
-    - Every read is filtered by tenant AND user: no call ever returns (or counts, or
-      deletes) another user's or another tenant's memory, even given its id.
-    - `upsert` is idempotent by `memory_id` (a canonical UUID string, normally
-      `memory_point_id(tenant, user, key)`): the same id again replaces the memory,
-      never duplicates it; within one batch the last occurrence wins.
-    - Vectors are unit-norm float32 of the `dim` given to `ensure_collection`; a vector of
-      another size is a `ValueError`.
-    - Search scores are cosine similarity, higher is better, on the same scale in every
-      backend.
-    - `ensure_collection` creates the collection or checks an existing one (a different
-      `dim` is a `ValueError`); it is idempotent. Reads before the collection exists see
-      an empty store; writes before `ensure_collection` (on a store that does not exist
-      yet) raise `RuntimeError`.
-    - `list_user`, `scan`, `due_between`, `decay_due` and `find_by_keys` return memories
-      in point-id order; all but `find_by_keys` page with an opaque string offset, None
-      after the last page.
-    - Every memory write (`upsert`, `upsert_bulk`, `rewrite`) stores the `DERIVED_FIELDS`
-      from the memory, so a re-dated or done action, or a decay, is re-indexed by that
-      write; `ensure_collection` fills in `DUE_FIELD` once for memories stored before it
-      existed (few have one), and indexes `DECAY_FIELD` without filling it in.
-    """
-
-    async def ensure_collection(self, dim: int) -> None: ...
+class MemoryStore(Protocol):
+    """The consolidated memories: what consolidation writes, the RPC reads, the maintenance
+    workers age and remind from. Its rules are ``LongTermStore``'s."""
 
     async def upsert(self, memories: Sequence[tuple[ConsolidatedMemory, np.ndarray]]) -> None: ...
 
@@ -205,9 +179,12 @@ class LongTermStore(Protocol):
         """Delete every memory of one user; returns how many there were."""
         ...
 
-    # The turn archive. Same rules as memories: every read is filtered by tenant AND user;
-    # writes before `ensure_collection` (which creates the archive too) raise RuntimeError;
-    # reads before it see nothing.
+
+class TurnArchive(Protocol):
+    """Every turn, written through by the archive worker: what the RPC's turn index and
+    consolidation read once a turn has left the hot tier. Same rules as memories: every read
+    is filtered by tenant AND user; writes before ``ensure_collection`` (which creates the
+    archive too) raise RuntimeError; reads before it see nothing."""
 
     async def upsert_turns(self, turns: Sequence[ArchivedTurn]) -> int:
         """Archive turns, idempotent by (tenant, user, event id): the same turn again
@@ -239,6 +216,37 @@ class LongTermStore(Protocol):
         """Delete one user's archived turns (a forget), or only those of `event_ids`;
         returns how many there were."""
         ...
+
+
+@runtime_checkable
+class LongTermStore(MemoryStore, TurnArchive, Protocol):
+    """Consolidated long-term memories, one point per memory in one collection.
+
+    Contract, identical for every backend:
+
+    - Every read is filtered by tenant AND user: no call ever returns (or counts, or
+      deletes) another user's or another tenant's memory, even given its id.
+    - `upsert` is idempotent by `memory_id` (a canonical UUID string, normally
+      `memory_point_id(tenant, user, key)`): the same id again replaces the memory,
+      never duplicates it; within one batch the last occurrence wins.
+    - Vectors are unit-norm float32 of the `dim` given to `ensure_collection`; a vector of
+      another size is a `ValueError`.
+    - Search scores are cosine similarity, higher is better, on the same scale in every
+      backend.
+    - `ensure_collection` creates the collection or checks an existing one (a different
+      `dim` is a `ValueError`); it is idempotent. Reads before the collection exists see
+      an empty store; writes before `ensure_collection` (on a store that does not exist
+      yet) raise `RuntimeError`.
+    - `list_user`, `scan`, `due_between`, `decay_due` and `find_by_keys` return memories
+      in point-id order; all but `find_by_keys` page with an opaque string offset, None
+      after the last page.
+    - Every memory write (`upsert`, `upsert_bulk`, `rewrite`) stores the `DERIVED_FIELDS`
+      from the memory, so a re-dated or done action, or a decay, is re-indexed by that
+      write; `ensure_collection` fills in `DUE_FIELD` once for memories stored before it
+      existed (few have one), and indexes `DECAY_FIELD` without filling it in.
+    """
+
+    async def ensure_collection(self, dim: int) -> None: ...
 
     async def ping(self) -> bool:
         """True when the backend answers and the collection is usable."""

@@ -119,8 +119,84 @@ def snapshot_after(snapshot: UserSnapshot, update: UserUpdate) -> UserSnapshot:
     )
 
 
+class MemorizeState(Protocol):
+    """What the ``memorize`` processor, a user's one writer, reads and writes: snapshots in,
+    one transaction per user out (the rules are ``ShortTermState``'s)."""
+
+    async def load_user(self, tenant_id: str, user_id: str, event_id: str) -> UserSnapshot: ...
+
+    async def apply(self, tenant_id: str, user_id: str, update: UserUpdate) -> None: ...
+
+    async def load_users(self, reads: Sequence[UserRead]) -> list[UserSnapshot]:
+        """One snapshot per read, in order, in one pipelined read (see the contract)."""
+        ...
+
+    async def apply_users(self, writes: Sequence[UserWrite]) -> None:
+        """Per user one transaction of its updates, equal to ``apply`` of each in order
+        (each user in one ``UserWrite`` at most: ``ValueError`` otherwise)."""
+        ...
+
+    async def remember_event_triggers(
+        self, tenant_id: str, user_id: str, event_id: str, triggers: dict[str, bytes]
+    ) -> None: ...
+
+    async def open_event_triggers(self, tenant_id: str, user_id: str, event_id: str) -> list[bytes]:
+        """The payloads ``event_id`` emitted whose trigger is not marked done, by trigger id."""
+        ...
+
+    async def member_vectors(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """Unit embeddings of the hot turns among ``event_ids`` (for a cluster split)."""
+        ...
+
+
+class TurnReader(Protocol):
+    """What the RPC reads: the turn index's turns and version, the clusters, whether an
+    event is memorized (the rules are ``ShortTermState``'s)."""
+
+    async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None: ...
+
+    async def turns_state(self, tenant_id: str, user_id: str) -> tuple[bytes | None, int]:
+        """``turns_version`` and ``turns_written`` read together."""
+        ...
+
+    async def timeline_since(self, tenant_id: str, user_id: str, ts: float) -> list[str]:
+        """Hot turn ids stamped at or after ``ts``, in (time, id) order."""
+        ...
+
+    async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
+        """Every hot turn id, in (time, id) order."""
+        ...
+
+    async def leaving(self, users: Sequence[tuple[str, str]]) -> list[list[str]]:
+        """Per user, the ids of turns that left the hot tier and are not yet released by the
+        archive worker: ``turns`` still reads them, so no turn is ever in neither tier."""
+        ...
+
+    async def turns(
+        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
+    ) -> list[TurnWithVector]:
+        """The turns among ``event_ids`` still in Redis (hot or leaving), in the order
+        asked (others are skipped)."""
+        ...
+
+    async def clusters(self, tenant_id: str, user_id: str) -> list[Cluster]:
+        """Every cluster of the user, in the engine's creation order."""
+        ...
+
+    async def memorized(self, tenant_id: str, user_id: str, event_id: str) -> bool:
+        """Whether memorize applied the event (its processed mark: kept for its TTL)."""
+        ...
+
+    async def memorized_many(self, events: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """``memorized`` of each (tenant, user, event id), in the order asked, in one
+        pipelined read (the RPC's intake journal checks thousands at a start)."""
+        ...
+
+
 @runtime_checkable
-class ShortTermState(Protocol):
+class ShortTermState(MemorizeState, TurnReader, Protocol):
     """A user's short-term memory (hot turns), clustering and recurrence state, and markers.
 
     The contract every implementation keeps:
@@ -175,46 +251,7 @@ class ShortTermState(Protocol):
 
     async def close(self) -> None: ...
 
-    # -- memorize: read, then write atomically
-    async def load_user(self, tenant_id: str, user_id: str, event_id: str) -> UserSnapshot: ...
-
-    async def apply(self, tenant_id: str, user_id: str, update: UserUpdate) -> None: ...
-
-    async def load_users(self, reads: Sequence[UserRead]) -> list[UserSnapshot]:
-        """One snapshot per read, in order, in one pipelined read (see the contract)."""
-        ...
-
-    async def apply_users(self, writes: Sequence[UserWrite]) -> None:
-        """Per user one transaction of its updates, equal to ``apply`` of each in order
-        (each user in one ``UserWrite`` at most: ``ValueError`` otherwise)."""
-        ...
-
-    async def remember_event_triggers(
-        self, tenant_id: str, user_id: str, event_id: str, triggers: dict[str, bytes]
-    ) -> None: ...
-
-    async def open_event_triggers(self, tenant_id: str, user_id: str, event_id: str) -> list[bytes]:
-        """The payloads ``event_id`` emitted whose trigger is not marked done, by trigger id."""
-        ...
-
-    # -- readers: consolidator, strength and reminders workers, RPC
-    async def turns(
-        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
-    ) -> list[TurnWithVector]:
-        """The turns among ``event_ids`` still in Redis (hot or leaving), in the order
-        asked (others are skipped)."""
-        ...
-
-    async def clusters(self, tenant_id: str, user_id: str) -> list[Cluster]:
-        """Every cluster of the user, in the engine's creation order."""
-        ...
-
-    async def member_vectors(
-        self, tenant_id: str, user_id: str, event_ids: Sequence[str]
-    ) -> dict[str, np.ndarray]:
-        """Unit embeddings of the hot turns among ``event_ids`` (for a cluster split)."""
-        ...
-
+    # -- markers (consolidator, reminders) and the operators' reads (strength, metrics)
     async def trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> bool: ...
 
     async def mark_trigger_done(self, tenant_id: str, user_id: str, trigger_id: str) -> None: ...
@@ -243,35 +280,7 @@ class ShortTermState(Protocol):
         any turn, or after a forget."""
         ...
 
-    async def memorized(self, tenant_id: str, user_id: str, event_id: str) -> bool:
-        """Whether memorize applied the event (its processed mark: kept for its TTL)."""
-        ...
-
-    async def memorized_many(self, events: Sequence[tuple[str, str, str]]) -> list[bool]:
-        """``memorized`` of each (tenant, user, event id), in the order asked, in one
-        pipelined read (the RPC's intake journal checks thousands at a start)."""
-        ...
-
-    # -- the RPC's turn index
-    async def turns_version(self, tenant_id: str, user_id: str) -> bytes | None: ...
-
-    async def turns_state(self, tenant_id: str, user_id: str) -> tuple[bytes | None, int]:
-        """``turns_version`` and ``turns_written`` read together."""
-        ...
-
-    async def timeline_since(self, tenant_id: str, user_id: str, ts: float) -> list[str]:
-        """Hot turn ids stamped at or after ``ts``, in (time, id) order."""
-        ...
-
-    async def timeline_ids(self, tenant_id: str, user_id: str) -> list[str]:
-        """Every hot turn id, in (time, id) order."""
-        ...
-
-    async def leaving(self, users: Sequence[tuple[str, str]]) -> list[list[str]]:
-        """Per user, the ids of turns that left the hot tier and are not yet released by the
-        archive worker: ``turns`` still reads them, so no turn is ever in neither tier."""
-        ...
-
+    # -- the archive worker
     async def release_archived(self, tenant_id: str, user_id: str, event_ids: Sequence[str]) -> int:
         """Drop the leaving turns among ``event_ids`` (the archive holds them); how many."""
         ...

@@ -37,7 +37,7 @@ from memstream.settings import Settings
 from memstream.stores.cpu import off_loop
 from memstream.stores.forget import forgotten
 from memstream.stores.short_term import (
-    ShortTermState,
+    MemorizeState,
     UserRead,
     UserSnapshot,
     UserUpdate,
@@ -95,7 +95,7 @@ Deliver = Callable[[Sequence[tuple[Received[EncodedEvent], Decision]]], Awaitabl
 
 @dataclass
 class Memorizer:
-    state: ShortTermState
+    state: MemorizeState
     cluster_params: ClusterParams
     recurrence_params: RecurrenceParams
     window: int
@@ -370,7 +370,7 @@ def start(services: Services) -> None:
 
 
 async def _resend_open_triggers(
-    state: ShortTermState, topics: Topics, item: Received[EncodedEvent]
+    state: MemorizeState, topics: Topics, item: Received[EncodedEvent]
 ) -> None:
     """A duplicate event re-sends its triggers that were never consolidated.
 

@@ -2,7 +2,7 @@
 
 It reads ``memstream.encoded`` in batches (its own agent; apart from the processors it is
 its own consumer group) and upserts each turn into the store's archive
-(``LongTermStore.upsert_turns``; point id uuid5 of tenant, user and event id, so a
+(``TurnArchive.upsert_turns``; point id uuid5 of tenant, user and event id, so a
 redelivered or replayed batch rewrites the same points). No LLM, no clustering: the
 turn's text, speaker, time, session, entities and the embedding rounded as the hot tier
 rounds it. Short-term memory in Redis can then expire in event time without losing
@@ -29,7 +29,7 @@ from memstream.metrics import StageSeries
 from memstream.schemas import EncodedEvent
 from memstream.stores.cpu import off_loop
 from memstream.stores.forget import forgotten
-from memstream.stores.longterm import ArchivedTurn, LongTermStore
+from memstream.stores.longterm import ArchivedTurn, TurnArchive
 from memstream.stores.short_term import ShortTermState
 from memstream.streaming.services import Services, StageSpec
 from memstream.streaming.stage import Received
@@ -48,7 +48,7 @@ def archived_turn(encoded: EncodedEvent) -> ArchivedTurn:
 @dataclass
 class ArchiveWorker:
     state: ShortTermState  # forget tombstones; releases the turns that left the hot tier
-    longterm: LongTermStore
+    longterm: TurnArchive
 
     async def archive(
         self, batch: Sequence[EncodedEvent], arrived: Sequence[float | None] = ()

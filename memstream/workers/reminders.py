@@ -1,7 +1,7 @@
 """Reminders in the consolidate role: open actions that fell due, emitted once each.
 
 Periodically the memories with an open action due in the reminder window (``now - max_late``
-to ``now``) are read through the store's due-time index (``LongTermStore.due_between``: a
+to ``now``) are read through the store's due-time index (``MemoryStore.due_between``: a
 pass touches only those, not every memory); for each open action due now
 (``memory.reminders.due_reminders``, the one rule) the worker claims the reminder's marker
 in Redis (SET NX), sends it to ``memstream.reminders`` and waits for delivery; a failed
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from memstream.memory.reminders import due_reminders
 from memstream.metrics import StageSeries
 from memstream.schemas import Reminder
-from memstream.stores.longterm import LongTermStore
+from memstream.stores.longterm import MemoryStore
 from memstream.stores.short_term import ShortTermState
 from memstream.streaming.services import Services, StageSpec
 from memstream.streaming.stage import periodic
@@ -31,7 +31,7 @@ Send = Callable[[Reminder], Awaitable[None]]
 
 @dataclass
 class ReminderWorker:
-    longterm: LongTermStore
+    longterm: MemoryStore
     state: ShortTermState
     max_late: timedelta
 

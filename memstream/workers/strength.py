@@ -8,7 +8,7 @@ Decay runs on the wall clock's schedule but counts in event time: a user's memor
 up to that user's newest event, so a replay of an old log stores the strengths the live
 stream did, and a user who has said nothing since is not aged by the calendar. A pass
 asks the store, user by user, only for the memories a whole interval behind that user's
-newest event (`LongTermStore.decay_due`, an indexed read), so a user who said nothing
+newest event (`MemoryStore.decay_due`, an indexed read), so a user who said nothing
 since the last pass costs one empty read, not a read of every memory they have.
 """
 
@@ -22,7 +22,7 @@ from functools import partial
 from memstream.memory.strength import StrengthParams, boost_all, decayed
 from memstream.metrics import StageSeries
 from memstream.schemas import Feedback
-from memstream.stores.longterm import LongTermStore
+from memstream.stores.longterm import MemoryStore
 from memstream.stores.short_term import ShortTermState
 from memstream.streaming.locks import UserLocks
 from memstream.streaming.params import strength_params
@@ -44,7 +44,7 @@ def feedback_id(feedback: Feedback) -> str:
 
 @dataclass
 class StrengthWorker:
-    longterm: LongTermStore
+    longterm: MemoryStore
     state: ShortTermState
     locks: UserLocks
     params: StrengthParams
