@@ -301,20 +301,3 @@ def test_a_turn_naming_the_order_by_its_thing_is_a_key_match() -> None:
     by_name = by_id(score("is the oak bookcase here?", unit(0, 0, 0, 1), turns=named))
     assert by_name["e2"].relevance == KEY_MATCH_RELEVANCE  # names only the order number
     assert by_name["e4"].relevance < KEY_MATCH_RELEVANCE
-
-
-def test_a_newer_statement_by_a_name_never_tied_to_the_asked_number_ranks_right_after_it() -> None:
-    # The number is never given a name, the wardrobe never a number: they may be one order,
-    # and the wardrobe's newer statement may be its newest state.
-    chat = rows(
-        ("k1", "Order Z-4411 is at the depot.", 0, unit(0, 1), ["order:z-4411"]),
-        ("t1", "The teak wardrobe left the depot on Friday.", 5, unit(1, 0), []),
-        ("h1", "We went hiking at a lake.", 6, unit(0, 0, 1), []),
-    )
-    found = by_id(score("where is order Z-4411?", unit(0, 1), keys=["order:z-4411"], turns=chat))
-    assert found["k1"].relevance == KEY_MATCH_RELEVANCE
-    assert found["h1"].relevance < found["t1"].relevance < KEY_MATCH_RELEVANCE
-    assert round(found["t1"].relevance, 6) < KEY_MATCH_RELEVANCE  # visibly, as a client reads it
-    # Asked by something else, the wardrobe's statement keeps its own relevance.
-    other = by_id(score("hiking trip", unit(0, 0, 1), turns=chat))
-    assert other["t1"].relevance < other["h1"].relevance
