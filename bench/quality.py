@@ -376,12 +376,13 @@ def render(
             "",
             "### CLAG where it helps: three ways to pick the turns, same budget",
             "",
-            "The RPC's own ranking code (`Retriever._candidates`, `memory.ranking.rank`, "
-            "`assemble_context`) run in process over this run's turns, vectors, clusters and "
-            "memories as they stood in Valkey and Qdrant (`bench/quality_lab.py`): *flat* "
-            "scores every turn; *hierarchical* (CLAG's shelf, then book) scores only the "
-            "top clusters' top members plus BM25's best and key matches; *expand* is flat "
-            "plus the cluster-mates of the best hits (multi-hop). "
+            "The RPC's own ranking code (`memory.retrieval.rank_gathered`: "
+            "`score_candidates`, `rank`, `assemble_context`) run in process over this run's "
+            "turns, vectors, clusters and memories as they stood in Valkey and Qdrant "
+            "(`bench/quality_lab.py`): *flat* scores every turn; *hierarchical* (CLAG's "
+            "shelf, then book) scores only the top clusters' top members plus BM25's best "
+            "and key matches; *expand* is flat plus the cluster-mates of the best hits "
+            "(multi-hop). "
             f"`rpc.short_term_mode` = `{Settings().rpc.short_term_mode}` is the default.",
             "",
             *_clag_table(clag),

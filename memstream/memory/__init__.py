@@ -5,7 +5,7 @@ when a topic or entity has recurred enough to pay for consolidation, which turns
 information, and which entities (orders, emails, phones, dates, products, parcels) a turn names;
 then how consolidated memories are written (``extractive``, ``merge``, ``due``), how strong
 they are (``strength``), which ones are related (``links``) and which promises fell due
-(``reminders``); and what a bot reads (``candidates``, ``ranking``): current first
+(``reminders``); and what a bot reads (``retrieval``: ``candidates``, ``ranking``): current first
 (``reconcile``), an order found by its names (``names``), standing attributes newest first
 (``profile``), promises open until kept (``promises``), no chatter or formulaic lines
 (``chatter``, ``formulaic``).

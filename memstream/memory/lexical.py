@@ -36,10 +36,12 @@ def lexical_text(speaker: str, ts: datetime, text: str) -> str:
 
 @dataclass
 class LexicalIndex:
-    """Postings (term -> doc -> term frequency) and document lengths, updated in place.
+    """Postings (term -> doc -> term frequency) and document lengths.
 
     Documents are keyed by id (a turn's event id); adding an id again replaces it, so feeding
-    the same turn twice (a re-read, an at-least-once replay) changes nothing.
+    the same turn twice (a re-read, an at-least-once replay) changes nothing. ``add`` and
+    ``remove`` build an index in place; ``with_docs`` grows one that may be in use (a turn
+    index's snapshot a retrieval is scoring) into a new index, leaving it as it was.
 
     Scoring is numpy over each query term's postings as arrays (built once per term and
     change, ``_term_arrays``): a Python loop over the postings cost ~1 ms a query at 500
@@ -66,6 +68,9 @@ class LexicalIndex:
     # identity: ``positions`` must not change after it is passed (``stores.turn_index``
     # builds a new mapping per view); any add or remove drops it.
     _rows_of: tuple[Mapping[str, int], npt.NDArray[np.intp]] | None = None
+    # Terms whose postings this index may write to; None: all. The others' are shared with
+    # the index it was grown from (``with_docs``), copied before their first change.
+    _owned: set[str] | None = None
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -73,12 +78,47 @@ class LexicalIndex:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._slots
 
+    def with_docs(self, docs: Iterable[tuple[str, Sequence[str]]]) -> LexicalIndex:
+        """A new index: this one with ``docs`` (id, tokens) added, this one unchanged.
+
+        Copy on write: the postings of terms the new documents lack are shared, not copied,
+        so growing a 10k-turn index by a turn copies its tables, not its postings."""
+        docs = list(docs)
+        if not docs:
+            return self
+        grown = LexicalIndex(
+            k1=self.k1,
+            b=self.b,
+            _postings=dict(self._postings),
+            _terms=dict(self._terms),
+            _total_length=self._total_length,
+            _slots=dict(self._slots),
+            _slot_ids=list(self._slot_ids),
+            _free=list(self._free),
+            _slot_length=self._slot_length.copy(),
+            _term_arrays=dict(self._term_arrays),
+            _owned=set(),
+        )
+        for doc_id, tokens in docs:
+            grown.add(doc_id, tokens)
+        return grown
+
+    def _postings_to_change(self, term: str) -> dict[str, int]:
+        """``term``'s postings, this index's own (a shared table is copied first)."""
+        docs = self._postings.get(term)
+        if self._owned is not None and term not in self._owned:
+            docs = self._postings[term] = dict(docs or {})
+            self._owned.add(term)
+        elif docs is None:
+            docs = self._postings[term] = {}
+        return docs
+
     def add(self, doc_id: str, tokens: Sequence[str]) -> None:
         if doc_id in self._slots:
             self.remove(doc_id)
         counts = Counter(tokens)
         for term, n in counts.items():
-            self._postings.setdefault(term, {})[doc_id] = n
+            self._postings_to_change(term)[doc_id] = n
             self._term_arrays.pop(term, None)
         self._terms[doc_id] = tuple(counts)
         self._total_length += len(tokens)
@@ -102,7 +142,7 @@ class LexicalIndex:
             return
         self._total_length -= int(self._slot_length[slot])
         for term in self._terms.pop(doc_id):
-            docs = self._postings[term]
+            docs = self._postings_to_change(term)
             docs.pop(doc_id, None)
             self._term_arrays.pop(term, None)
             if not docs:

@@ -1,17 +1,19 @@
-"""One retrieval: encode the query, gather short- and long-term candidates, rank, budget.
+"""One retrieval: gather every read, then rank what was gathered.
 
-The science lives in ``memory/``: ``memory.candidates.score_candidates`` scores what was
-gathered (no I/O, no clock), ``memory.ranking`` ranks, de-duplicates and layers the context.
-This module only gathers -- every store read of one tenant's user, all before scoring --
-and times each phase (``memstream_retrieval_latency_seconds``: encode, fetch, rank, total).
+``Retriever.retrieve`` does all of its I/O first -- the query's vectors, every store read
+of one tenant's user -- into one ``memory.retrieval.Gathered`` value, then makes one pure
+call, ``memory.retrieval.rank_gathered`` (score, rank, budget: no I/O, no clock), and builds
+the response. It times each phase (``memstream_retrieval_latency_seconds``: encode, fetch,
+rank, total) and logs the steps of a slow retrieval.
 
-Two things keep it cheap under load:
+What keeps it cheap under load:
 
 - ``QueryEncoder`` lets concurrent queries share one encoder call (a micro-batch), so the
   RPC's throughput is the encoder's batched rate, not its one-text-at-a-time rate.
 - Short-term turns are not read per query: ``stores.turn_index.TurnIndex`` keeps each user's
   vectors, texts and BM25 postings in process and re-syncs only what changed, on a version
-  token ``memorize`` bumps. A query then costs one tiny Redis read plus numpy.
+  token ``memorize`` bumps. A query then costs one tiny Redis read plus numpy. What it
+  hands out is a snapshot: a later sync builds a new one, so ranking may run any time after.
 - The reads that need no vector (the turn index's version, the key lookup, the clusters)
   run while the query encodes; only the vector search waits for the vector.
 - ``stores.text_encoder.TokenCounter`` counts the context's tokens line by line, memoised:
@@ -33,17 +35,10 @@ import numpy as np
 
 from memstream.memory.candidates import KEY_MATCH_RELEVANCE as KEY_MATCH_RELEVANCE
 from memstream.memory.candidates import ShortTermMode as ShortTermMode
-from memstream.memory.candidates import score_candidates
 from memstream.memory.clustering import Cluster
-from memstream.memory.ranking import (
-    Candidate,
-    RankingParams,
-    assemble_context,
-    named_speakers,
-    rank,
-    strip_names,
-)
+from memstream.memory.ranking import RankingParams
 from memstream.memory.render import memory_text
+from memstream.memory.retrieval import Gathered, rank_gathered, turn_query
 from memstream.memory.text import extract_entities, lookup_keys
 from memstream.memory.turns import Exemplars
 from memstream.metrics import Metrics
@@ -53,7 +48,7 @@ from memstream.schemas import (
     RetrieveRequest,
     RetrieveResponse,
 )
-from memstream.stores.longterm import LongTermStore, ScoredMemory
+from memstream.stores.longterm import LongTermStore
 from memstream.stores.short_term import ShortTermState
 from memstream.stores.text_encoder import TextEncoder, TokenCounter
 from memstream.stores.turn_index import TurnIndex, UserTurns
@@ -223,10 +218,57 @@ class Retriever:
     async def retrieve(self, tenant_id: str, request: RetrieveRequest) -> RetrieveResponse:
         started = time.perf_counter()
         marks: dict[str, float] = {}  # step -> when it finished (perf_counter)
+        gathered, encoded_at = await self._gather(tenant_id, request, marks)
+        fetched_at = time.perf_counter()
+        self.metrics.retrieval_latency.labels("encode").observe(encoded_at - started)
+        self.metrics.retrieval_latency.labels("fetch").observe(fetched_at - encoded_at)
+        ranked = rank_gathered(
+            gathered,
+            self.params,
+            count_tokens=self.count_tokens,
+            additive_lines=self.count_tokens.by_line,
+            render=self._memory_text,
+            short_term_candidates=self.short_term_candidates,
+            mode=self.short_term_mode,
+        )
+        done = marks["ranked"] = time.perf_counter()
+        self.metrics.retrieval_latency.labels("rank").observe(done - fetched_at)
+        self.metrics.retrieval_latency.labels("total").observe(done - started)
+        if self.slow_ms and (done - started) * 1000 > self.slow_ms:
+            self._log_slow(started, marks, len(gathered.turns.ids), len(gathered.scored))
+        return RetrieveResponse(
+            items=[
+                RetrievedItem(
+                    kind=c.kind,
+                    id=c.id,
+                    text=c.text,
+                    score=round(score, 6),
+                    strength=c.strength,
+                    ts=c.ts,
+                    source_event_ids=list(c.source_event_ids),
+                )
+                for c, score in ranked.items
+            ],
+            context=ranked.context,
+            context_tokens=ranked.context_tokens,
+            took_ms=round((done - started) * 1000, 3),
+        )
+
+    async def _gather(
+        self,
+        tenant_id: str,
+        request: RetrieveRequest,
+        marks: dict[str, float],
+    ) -> tuple[Gathered, float]:
+        """Every read of the retrieval, and when the query's vector was in hand.
+
+        The reads that need no vector go while the query encodes (the encoder runs off the
+        loop): the turn index's Redis round trip, the key lookup, the clusters. The query
+        without the speakers it names (``memory.retrieval.turn_query``) joins the encoder
+        as soon as the turns say who speaks, while the query itself encodes or is searched."""
         user = request.user_id
-        # The reads that need no vector go while the query encodes (the encoder runs off
-        # the loop): the turn index's Redis round trip, the key lookup, the clusters.
         turns_read = asyncio.ensure_future(self.turn_index.get(tenant_id, user))
+        unnamed = asyncio.ensure_future(self._unnamed_vector(tenant_id, request.query, turns_read))
         vector = self.queries.cached(tenant_id, request.query)
         try:
             # One loop turn, so the read is sent now and its round trip overlaps the
@@ -247,51 +289,40 @@ class Retriever:
             marks["search"] = time.perf_counter()
             turns = await turns_read
             marks["turns"] = time.perf_counter()
+            turn_vector = await unnamed
+            if turn_vector is None:
+                turn_vector = vector
+            else:
+                marks["names"] = time.perf_counter()
         finally:
-            if not turns_read.done():
-                turns_read.cancel()  # only when something above failed
-        self.metrics.retrieval_latency.labels("encode").observe(encoded_at - started)
-        turn_vector = vector
-        named = named_speakers(request.query, turns.speaker_names)
-        if named:
-            # Turns are embedded without their speaker, who is matched apart (the speaker
-            # bonus, BM25 over ``speaker (date): text``): the name left in the query only
-            # pulls the dense side toward turns that mention the person.
-            turn_vector = await self.queries.encode(tenant_id, strip_names(request.query, named))
-            turns = await self.turn_index.get(tenant_id, user)
-            marks["names"] = time.perf_counter()
-        # No await from here to the ranking: ``turns.lexical`` is shared with later syncs.
-        candidates = self._candidates(
-            request, vector, keys, turns, scored, keyed, clusters, turn_vector
+            for pending in (unnamed, turns_read):
+                if not pending.done():
+                    pending.cancel()  # only when something above failed
+                elif not pending.cancelled():
+                    pending.exception()  # seen: the failure raised is the one above
+        gathered = Gathered(
+            query=request.query,
+            vector=vector,
+            turn_vector=turn_vector,
+            keys=tuple(keys),
+            keyed=tuple(keyed),
+            scored=tuple((hit.memory, hit.score) for hit in scored),
+            turns=turns,
+            clusters=None if clusters is None else tuple(clusters),
+            now=request.now,
+            top_k=request.top_k,
+            budget_tokens=request.budget_tokens,
         )
-        fetched_at = time.perf_counter()
-        self.metrics.retrieval_latency.labels("fetch").observe(fetched_at - encoded_at)
+        return gathered, encoded_at
 
-        marks["scored"] = fetched_at
-        ranked = rank(candidates, request.top_k, exploration_share=self.params.exploration_share)
-        context, used = self._assemble(ranked, request.budget_tokens)
-        done = marks["ranked"] = time.perf_counter()
-        self.metrics.retrieval_latency.labels("rank").observe(done - fetched_at)
-        self.metrics.retrieval_latency.labels("total").observe(done - started)
-        if self.slow_ms and (done - started) * 1000 > self.slow_ms:
-            self._log_slow(started, marks, len(turns.ids), len(scored))
-        return RetrieveResponse(
-            items=[
-                RetrievedItem(
-                    kind=c.kind,
-                    id=c.id,
-                    text=c.text,
-                    score=round(score, 6),
-                    strength=c.strength,
-                    ts=c.ts,
-                    source_event_ids=list(c.source_event_ids),
-                )
-                for c, score in used
-            ],
-            context=context,
-            context_tokens=self.count_tokens(context) if context else 0,
-            took_ms=round((done - started) * 1000, 3),
-        )
+    async def _unnamed_vector(
+        self, tenant_id: str, query: str, turns_read: asyncio.Future[UserTurns]
+    ) -> np.ndarray | None:
+        """The vector of ``query`` without the speakers it names (``turn_query``); None
+        when it names none."""
+        turns = await turns_read
+        unnamed = turn_query(query, turns.speaker_names)
+        return None if unnamed == query else await self.queries.encode(tenant_id, unnamed)
 
     def _log_slow(self, started: float, marks: dict[str, float], turns: int, found: int) -> None:
         """One line a second at most: under overload every retrieval is slow, and the
@@ -307,12 +338,6 @@ class Retriever:
         )  # fmt: skip
         self._slow_logged_at = started
         self._slow_unlogged = 0
-
-    def _assemble(
-        self, ranked: list[tuple[Candidate, float]], budget: int
-    ) -> tuple[str, list[tuple[Candidate, float]]]:
-        counter = self.count_tokens
-        return assemble_context(ranked, budget, counter, additive_lines=counter.by_line)
 
     def _memory_text(self, m: ConsolidatedMemory) -> str:
         """``memory_text``, memoised per memory version (rendering costs ~30 us a memory)."""
@@ -337,38 +362,3 @@ class Retriever:
             keyed, self.state.clusters(tenant_id, request.user_id)
         )
         return keys, found, clusters
-
-    def _candidates(
-        self,
-        request: RetrieveRequest,
-        vector: np.ndarray,
-        keys: list[str],
-        turns: UserTurns,
-        scored: list[ScoredMemory],
-        keyed: list[ConsolidatedMemory],
-        clusters: list[Cluster] | None,
-        turn_vector: np.ndarray | None = None,
-    ) -> list[Candidate]:
-        """Memories and the turns that can make the cut, with fused relevance.
-
-        Dense (cosine, plus a bonus where the query names the turn's speaker) and lexical
-        (BM25 over ``speaker (date): text``) scores of every turn and found memory are fused
-        into one relevance (``memory.ranking.fused_relevance``); an exact key match (order
-        number, email, product id) in the query is relevance 1.0 whatever the embeddings say.
-        """
-        return score_candidates(
-            request.query,
-            vector,
-            keys,
-            turns,
-            [(hit.memory, hit.score) for hit in scored],
-            keyed,
-            clusters,
-            top_k=request.top_k,
-            now=request.now,
-            turn_vector=turn_vector,
-            params=self.params,
-            short_term_candidates=self.short_term_candidates,
-            mode=self.short_term_mode,
-            render=self._memory_text,
-        )

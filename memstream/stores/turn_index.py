@@ -3,7 +3,7 @@
 Retrieval ranks all of a user's turns, hot or archived, the same way (dense + BM25 fused),
 so each RPC process keeps, per user it serves, the union of two sources:
 
-- the archive tier (``LongTermStore.list_turns``): every turn, written through by the
+- the archive tier (``TurnArchive.list_turns``): every turn, written through by the
   archive worker; read once per user (a scroll), and again only when turns are known to
   be missing (below);
 - the hot tier in Redis (``RedisState.timeline_ids`` / ``turns``): the newest turns, there
@@ -11,7 +11,7 @@ so each RPC process keeps, per user it serves, the union of two sources:
   round trip, a fresh token on every write by ``memorize``); when it changed, only the turns
   added to the timeline since are read. Turns that leave the timeline (event-time expiry,
   the cap) are kept: they are archived. One that left before this process saw it and that
-  the archive worker has not written yet is still in Redis (``ShortTermState.leaving``).
+  the archive worker has not written yet is still in Redis (``TurnReader.leaving``).
 
 Both hold a turn's float16-rounded embedding, so a turn ranks the same from either. Rows
 are in (time, event id) order whichever source they came from, so the same turns always
@@ -50,8 +50,8 @@ from memstream.memory.turns import (
 )
 from memstream.schemas import StoredTurn
 from memstream.stores.cpu import off_loop
-from memstream.stores.longterm import LongTermStore
-from memstream.stores.short_term import ShortTermState, TurnWithVector
+from memstream.stores.longterm import TurnArchive
+from memstream.stores.short_term import TurnReader, TurnWithVector
 
 ARCHIVE_PAGE = 1024
 # Bytes per turn beyond its vector and text: the StoredTurn, its rendered line, postings
@@ -61,8 +61,9 @@ TURN_OVERHEAD_BYTES = 2048
 
 @dataclass(frozen=True)
 class UserTurns:
-    """One consistent view of a user's turns, row for row. Replaced, never mutated, on sync
-    (only ``lexical`` is shared and updated in place: score it before the next await)."""
+    """One consistent view of a user's turns, row for row: a snapshot. A sync builds a new
+    view (its ``lexical`` grown copy on write, ``LexicalIndex.with_docs``) and never changes
+    one handed out, so a retrieval may rank a view whatever was written after it was read."""
 
     version: bytes | None
     ids: list[str]
@@ -163,15 +164,23 @@ class UserTurns:
         self,
         version: bytes | None,
         rows: Sequence[TurnWithVector],
+        lexical: LexicalIndex,
         *,
         expected: int,
         archive_seen: int,
         exemplars: Exemplars | None = None,
     ) -> UserTurns:
-        """This view with ``rows`` appended (each sorting after every row here): what a
-        sync does as new turns arrive, without re-rendering the thousands already held."""
+        """This view with ``rows`` appended (each sorting after every row here) and
+        ``lexical`` as its postings: what a sync does as new turns arrive, without
+        re-rendering the thousands already held. This view is left as it is."""
         if not rows:
-            return replace(self, version=version, expected=expected, archive_seen=archive_seen)
+            return replace(
+                self,
+                version=version,
+                lexical=lexical,
+                expected=expected,
+                archive_seen=archive_seen,
+            )
         start = len(self.ids)
         docs = [r.turn for r in rows]
         texts = [turn_text(t) for t in docs]
@@ -192,7 +201,7 @@ class UserTurns:
             docs=self.docs + docs,
             ts=np.concatenate([self.ts, [t.ts.timestamp() for t in docs]]),
             vectors=vectors.astype(np.float32, copy=False),
-            lexical=self.lexical,
+            lexical=lexical,
             positions=positions,
             speakers=self.speakers + speakers,
             texts=self.texts + texts,
@@ -335,9 +344,14 @@ def _order(row: TurnWithVector) -> tuple[float, str]:
     return (row.turn.ts.timestamp(), row.turn.event_id)
 
 
+def turn_tokens(turn: StoredTurn) -> tuple[str, ...]:
+    """What BM25 indexes of a turn: ``speaker (date): text`` (``memory.lexical``)."""
+    return tokens_of(lexical_text(turn.speaker or turn.role, turn.ts, turn.text))
+
+
 def index_turn(lexical: LexicalIndex, turn: StoredTurn) -> None:
-    text = lexical_text(turn.speaker or turn.role, turn.ts, turn.text)
-    lexical.add(turn.event_id, tokens_of(text))
+    """Add ``turn`` to an index being built (one no view holds yet)."""
+    lexical.add(turn.event_id, turn_tokens(turn))
 
 
 class TurnIndex:
@@ -345,10 +359,10 @@ class TurnIndex:
 
     def __init__(
         self,
-        state: ShortTermState,
+        state: TurnReader,
         *,
         dim: int,
-        archive: LongTermStore | None = None,
+        archive: TurnArchive | None = None,
         max_users: int = 256,
         max_bytes: int = 1 << 30,
         exemplars: Exemplars | None = None,
@@ -431,18 +445,23 @@ class TurnIndex:
             count = await self.archive.count_turns(tenant_id, user_id)
             if count > seen:
                 seen = await self._read_archive(tenant_id, user_id, have, new)
-        lexical = old.lexical if old is not None else LexicalIndex()
-        for row in new.values():
-            index_turn(lexical, row.turn)
+        # A new index (copy on write): the old view may be in a retrieval's hands.
+        lexical = (old.lexical if old is not None else LexicalIndex()).with_docs(
+            (row.turn.event_id, turn_tokens(row.turn)) for row in new.values()
+        )
         rows = sorted(new.values(), key=_order)
         if old is not None and (not rows or _order(rows[0]) > (old.last_key() or _FIRST)):
             return old.extended(
-                version, rows, expected=expected, archive_seen=seen, exemplars=self.exemplars
+                version,
+                rows,
+                lexical,
+                expected=expected,
+                archive_seen=seen,
+                exemplars=self.exemplars,
             )
         # A turn older than some held (a late event, the first load): one sorted rebuild,
         # on a CPU thread (a first load reads every text: ~1 s for 10k turns). Nothing it
-        # reads changes meanwhile: views are replaced, never mutated, and ``lexical`` is
-        # only stored.
+        # reads changes meanwhile: views are never mutated, and ``lexical`` is only stored.
         merged = sorted([*(old.rows() if old is not None else []), *rows], key=_order)
         return await off_loop(
             lambda: UserTurns.build(

@@ -1,47 +1,29 @@
-"""The RPC's candidate scoring (``Retriever._candidates``) on a hand-made user: event time
-for recency, session neighbours, and memories ranked by the turns they bring in."""
+"""The RPC's candidate scoring (``memory.candidates.score_candidates``) on a hand-made user
+whose turns are a real ``stores.turn_index.UserTurns``: event time for recency, session
+neighbours, and memories ranked by the turns they bring in."""
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry
 
+from memstream.memory.candidates import score_candidates
 from memstream.memory.lexical import LexicalIndex
 from memstream.memory.ranking import Candidate, RankingParams
-from memstream.metrics import Metrics
-from memstream.rpc.retrieval import QueryEncoder, Retriever
 from memstream.schemas import ConsolidatedMemory, Fact, RetrieveRequest, StoredTurn
-from memstream.stores.longterm import LongTermStore, ScoredMemory
-from memstream.stores.short_term import ShortTermState, TurnWithVector
-from memstream.stores.text_encoder import TextEncoder
+from memstream.stores.short_term import TurnWithVector
 from memstream.stores.turn_index import UserTurns, index_turn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # an old conversation: years before the clock
 
 
-class _Encoder:
-    dim = DIM
-    counts_by_line = True
-    runners = 1
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-
-def retriever(params: RankingParams | None = None) -> Retriever:
-    return Retriever(
-        queries=QueryEncoder(cast(TextEncoder, _Encoder())),
-        state=cast(ShortTermState, None),
-        longterm=cast(LongTermStore, None),
-        metrics=Metrics(CollectorRegistry()),
-        short_term_candidates=0,
-        params=params or RankingParams(neighbour_seeds=0),
-    )
+def ranking_params(params: RankingParams | None = None) -> RankingParams:
+    """The ranking parameters of the RPC under test (no neighbour lift unless asked)."""
+    return params or RankingParams(neighbour_seeds=0)
 
 
 def unit(*values: float) -> np.ndarray:
@@ -69,15 +51,18 @@ def user(rows: list[tuple[str, str, str, float, np.ndarray]]) -> UserTurns:
 
 
 def candidates(
-    r: Retriever,
+    params: RankingParams,
     turns: UserTurns,
     query: str,
     memories: tuple[ConsolidatedMemory, ...] = (),
     **kw: Any,
 ) -> dict[str, Candidate]:
     request = RetrieveRequest(user_id="u", query=query, top_k=10, **kw)
-    scored = [ScoredMemory(m, 0.5) for m in memories]  # found by vector, not by key
-    found = r._candidates(request, unit(1.0), [], turns, scored, [], None)
+    scored = [(m, 0.5) for m in memories]  # found by vector, not by key
+    found = score_candidates(
+        request.query, unit(1.0), [], turns, scored, [], None, top_k=10, now=request.now,
+        params=params,
+    )  # fmt: skip
     return {c.id: c for c in found}
 
 
@@ -88,11 +73,13 @@ def test_recency_counts_from_the_users_newest_event_not_the_clock() -> None:
             ("new", "2", "parcel status delivered", 60, unit(1.0)),
         ]
     )
-    found = candidates(retriever(), turns, "what is the latest parcel status?")
+    found = candidates(ranking_params(), turns, "what is the latest parcel status?")
     assert found["new"].boost == 1.0  # the newest event is "now", though 2023 is long gone
     assert 0.5 < found["old"].boost < 1.0
     # A "now" the request passes moves it: both turns are then older.
-    later = candidates(retriever(), turns, "latest parcel status?", now=T0 + timedelta(days=120))
+    later = candidates(
+        ranking_params(), turns, "latest parcel status?", now=T0 + timedelta(days=120)
+    )
     assert later["new"].boost < 1.0
     assert later["old"].boost < later["new"].boost
 
@@ -116,7 +103,7 @@ def test_a_memory_is_timed_by_what_it_shows_and_ranked_by_the_turns_it_brings() 
         source_event_ids=["b", "a"],
         strength=50.0,
     )
-    found = candidates(retriever(), turns, "parcel delivered", (m,))
+    found = candidates(ranking_params(), turns, "parcel delivered", (m,))
     memory = found["m1"]
     # as current as its newest shown line ("a"), not its newest source ("b", not shown)
     assert memory.ts == turns.docs[0].ts
@@ -134,9 +121,9 @@ def test_session_neighbours_of_the_best_hits_are_lifted() -> None:
         ("y", "2", "still nothing here", 1.01, unit(0.0, 0.0, 0.0, 1.0)),
     ]
     turns = user(rows)
-    plain = candidates(retriever(), turns, "where did you go hiking")
+    plain = candidates(ranking_params(), turns, "where did you go hiking")
     lifted = candidates(
-        retriever(
+        ranking_params(
             RankingParams(
                 neighbour_seeds=1,
                 neighbour_share=0.95,
@@ -159,8 +146,8 @@ def test_the_named_speaker_is_left_to_the_speaker_bonus_not_bm25() -> None:
         ("other", "2", "nothing related to it", 1, unit(0.0, 1.0)),
     ]
     turns = user(rows)  # every turn is Ana's: the bonus lifts all of them alike
-    named = candidates(retriever(), turns, "did Ana go hiking")
-    plain = candidates(retriever(), turns, "did go hiking")
+    named = candidates(ranking_params(), turns, "did Ana go hiking")
+    plain = candidates(ranking_params(), turns, "did go hiking")
     for event_id in ("short", "hike", "other"):
         assert math.isclose(named[event_id].relevance, plain[event_id].relevance, rel_tol=1e-9)
     # BM25 over ``speaker (date): text`` would have rewarded the shortest turn for the name.
@@ -169,6 +156,6 @@ def test_the_named_speaker_is_left_to_the_speaker_bonus_not_bm25() -> None:
 
 def test_turns_carry_their_day_for_the_contexts_headings() -> None:
     turns = user([("a", "1", "parcel delivered at the door", 0, unit(1.0))])
-    found = candidates(retriever(), turns, "parcel")["a"]
+    found = candidates(ranking_params(), turns, "parcel")["a"]
     assert (found.heading, found.body) == ("[8 May 2023]", "Ana: parcel delivered at the door")
     assert found.text == f"{found.heading} {found.body}"

@@ -107,3 +107,31 @@ def test_vectorised_scores_are_the_loops_floats_through_edits(
     assert index.scores(query, fresh, len(fresh)).tolist() == _loop_scores(
         index, query, fresh, len(fresh)
     )
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    docs=st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), _doc, max_size=12),
+    added=st.lists(st.tuples(st.text("abcdefgh", min_size=1, max_size=3), _doc), max_size=6),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),
+)
+def test_with_docs_is_adding_to_a_copy(
+    docs: dict[str, list[str]], added: list[tuple[str, list[str]]], query: list[str]
+) -> None:
+    """``with_docs`` scores as adding in place would, and the index it grew from scores as
+    it did before (an id added again, a replacement, included)."""
+    held = LexicalIndex()
+    for doc_id, tokens in docs.items():
+        held.add(doc_id, tokens)
+    ids = sorted({*docs, *(d for d, _ in added)})
+    positions = {d: i for i, d in enumerate(ids)}
+    before = held.scores(query, positions, len(ids)).tolist()
+    grown = held.with_docs(added)
+    in_place = LexicalIndex()
+    for doc_id, tokens in [*docs.items(), *added]:
+        in_place.add(doc_id, tokens)
+    assert grown.scores(query, positions, len(ids)).tolist() == (
+        in_place.scores(query, positions, len(ids)).tolist()
+    )
+    assert held.scores(query, positions, len(ids)).tolist() == before
+    assert len(held) == len(docs)

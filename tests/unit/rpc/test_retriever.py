@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from memstream.memory.ranking import RankingParams
 from memstream.memory.render import memory_text
+from memstream.memory.retrieval import rank_gathered
 from memstream.memory.text import extract_entities
 from memstream.metrics import Metrics
 from memstream.rpc.retrieval import QueryEncoder, Retriever
@@ -252,7 +253,7 @@ async def test_a_slow_retrieval_logs_when_each_step_finished(
         await slow.retrieve(TENANT, query)
     first, second = (record.getMessage() for record in caplog.records)
     assert first.startswith("slow retrieval: ")
-    steps = ["lookups", "vector", "search", "turns", "scored", "ranked"]
+    steps = ["lookups", "vector", "search", "turns", "ranked"]
     assert [s for s in steps if f"{s} " in first] == steps
     assert "4 turns, 0 memories (1 slow retrievals since the last line)" in first
     assert "(3 slow retrievals since the last line)" in second
@@ -303,3 +304,23 @@ async def test_query_cache_is_per_tenant_so_one_cannot_learn_anothers_questions(
     before = encoder.calls
     await queries.encode("globex", "where is my refund")
     assert encoder.calls > before
+
+
+async def test_what_was_gathered_ranks_the_same_after_a_later_write(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    """Gather, then rank: a sync between the two (a new turn sharing the query's words)
+    changes nothing of what was gathered, so the ranking may run whenever it likes."""
+    r = retriever(state, longterm)
+    request = RetrieveRequest(user_id=USER, query="cracked blender jug")
+    answered = await r.retrieve(TENANT, request)
+    gathered, _ = await r._gather(TENANT, request, {})
+    await memorize(state, USER, "e5", "The new blender jug cracked as well", 4)
+    assert "e5" in (await r.turn_index.get(TENANT, USER)).positions  # synced meanwhile
+    ranked = rank_gathered(
+        gathered, r.params, count_tokens=r.count_tokens, additive_lines=r.count_tokens.by_line
+    )
+    assert [(c.id, round(s, 6)) for c, s in ranked.items] == [
+        (i.id, i.score) for i in answered.items
+    ]
+    assert ranked.context == answered.context
