@@ -21,7 +21,14 @@ from memstream.memory.due import parse_due
 from memstream.memory.formulaic import formulaic
 from memstream.memory.hierarchy import expand_in_clusters, hierarchical_search
 from memstream.memory.lexical import LexicalIndex, term_counts, tokens_of
-from memstream.memory.names import Names, key_names, keys_named, named_rows
+from memstream.memory.names import (
+    Names,
+    Untied,
+    key_names,
+    keys_named,
+    named_rows,
+    untied_statements,
+)
 from memstream.memory.profile import lift_attributes
 from memstream.memory.promises import closed_line, fulfilment, open_line
 from memstream.memory.ranking import (
@@ -48,6 +55,11 @@ KEY_MATCH_RELEVANCE = 1.0  # an exact order number / email in the query is as go
 ShortTermMode = Literal["flat", "hierarchical", "expand"]
 PROMISE_HORIZON = 512  # later turns read for the one that keeps a promise
 FORMULAIC_HORIZON = 512  # newest turns a candidate is compared with for repetition
+# An untied statement must say something of what the asked ones said. Under all-MiniLM-L6-v2
+# two statements about one order's fate by other names ("order 123 was shipped", "my lamp
+# arrived broken") mostly run 0.15-0.45; another errand of the account ("gift card balance")
+# near 0.1. Far looser than LIKE_COSINE, which ties the same thing said again.
+UNTIED_LIKE_COSINE = 0.15
 
 
 class TurnRows(Protocol):
@@ -174,6 +186,9 @@ def score_candidates(
         _lift_keyed(
             turn_relevance, turns, rows, keyed_rows, keyed_ids, memory_list, relevance, newer
         )
+    # An order called by one name here and by another there, never both in one turn: the
+    # newer statements by the other name may be its newest state.
+    _lift_untied(turn_relevance, turns, rows, untied_statements(keys, query_tokens, turns))
     # A question about a standing attribute reads its newest statements first.
     turn_relevance = lift_attributes(turn_relevance, turns.attribute[rows], turns.ts[rows])
     # A memory lists its sources best first for this query: each takes its own place
@@ -319,6 +334,34 @@ def _lift_keyed(
         lifted = lifted[lifted >= 0]
         lift = KEY_MATCH_RELEVANCE if m.memory_id in keyed_ids else float(rel)
         turn_relevance[lifted] = np.maximum(turn_relevance[lifted], lift)
+
+
+def _lift_untied(
+    turn_relevance: npt.NDArray[np.float64], turns: TurnRows, rows: np.ndarray, untied: Untied
+) -> None:
+    """In place: each statement that may be about the asked order (``untied.newer``) and
+    says something like what was said about it (``untied.asked``) ranked right after the
+    best of those certain statements, halfway between it and the next best of the others:
+    near it in any budget, never above what is certain, visibly below it in the scores a
+    client reads. Newer alone is no tie: a gift card after a parcel is another thing."""
+    if not untied.newer:
+        return
+    said = np.asarray(untied.asked, dtype=np.intp)
+    newer_rows = np.asarray(untied.newer, dtype=np.intp)
+    like = (turns.vectors[newer_rows] @ turns.vectors[said].T).max(axis=1) >= UNTIED_LIKE_COSINE
+    at = _index_of_rows(rows, len(turns.ids))
+    asked = at[said]
+    asked = asked[asked >= 0]
+    newer = at[newer_rows[like]]
+    newer = newer[newer >= 0]
+    if not asked.size or not newer.size:
+        return
+    best = float(turn_relevance[asked].max())
+    others = np.ones(len(turn_relevance), dtype=bool)
+    others[asked] = others[newer] = False
+    below = turn_relevance[others & (turn_relevance < best)]
+    lift = (best + float(below.max(initial=0.0))) / 2
+    turn_relevance[newer] = np.maximum(turn_relevance[newer], lift)
 
 
 def _turns_kept(

@@ -13,6 +13,12 @@ mixer?" answered by "Order K-2211 was delivered on Thursday."). The side that na
 gives its first definite noun phrase ("the oak bookcase", "my stand mixer"), read up to the
 first function word or punctuation, not from a list of products.
 
+Where no turn ties them, an order number nobody gave a name and a thing no number holds
+may still be one order (asked by one, said by the other in a later chat): the newer
+statements by the other name are candidates for a question with the ones it asked by
+(``untied_statements``); ``memory.candidates`` brings those that say something like them,
+never above them.
+
 Pure: the RPC's turn index learns each turn's names once (``names_of``); a question only
 looks them up.
 """
@@ -21,6 +27,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from memstream.memory.lexical import LexicalIndex, tokens_of
 from memstream.memory.text import text_memo, word_set
@@ -87,6 +98,8 @@ def _name(phrase: str) -> tuple[str, ...]:
     tokens = tokens_of(phrase)
     if len(tokens) != len(phrase.split()):  # "a question about order 555": not a noun phrase
         return ()
+    if any(word in _NOT_IN_A_NAME for word in phrase.lower().split()):
+        return ()  # "the tracking says order #555": a verb ends a noun phrase
     if not tokens or len(tokens[-1]) < 3 or any(ch.isdigit() for t in tokens for ch in t):
         return ()
     return tokens[-NAME_WORDS:]
@@ -94,8 +107,9 @@ def _name(phrase: str) -> tuple[str, ...]:
 
 # A definite noun phrase: "the oak bookcase", "my stand mixer". The phrase ends at the first
 # word that cannot be part of it -- a function word, a participle ("-ed"), a contraction -- or
-# at punctuation; its name is its last two words, as in apposition.
-_DEFINITE = re.compile(r"\b(?:the|my|your|our)\s+((?:[a-z][a-z-]*\s+){0,3}[a-z][a-z-]*)", re.I)
+# at punctuation; its name is its last two words, as in apposition. Not "our": in a support
+# chat that is the seller's own (our system, our team, our warehouse), never the order.
+_DEFINITE = re.compile(r"\b(?:the|my|your)\s+((?:[a-z][a-z-]*\s+){0,3}[a-z][a-z-]*)", re.I)
 _NOT_IN_A_NAME = word_set(
     """is was were are be been being has have had do does did will would can could should
     may might must shall to for from with on in at by of off out up down into onto over about
@@ -111,6 +125,7 @@ _ANY_ORDER = word_set(
 )
 
 
+@text_memo
 def _definite_name(text: str) -> tuple[str, ...]:
     """The name of the first definite noun phrase in ``text`` naming a particular thing,
     or ``()``."""
@@ -208,3 +223,87 @@ def named_rows(
 ) -> set[int]:
     """Rows whose turn holds every word of one of ``names``."""
     return {positions[d] for n in names for d in lexical.having(n) if d in positions}
+
+
+# --- a key nobody named, a name no key holds -------------------------------------------------
+
+UNTIED_ROWS = 6  # newer statements an untied name brings in: one a thing, a handful at most
+UNTIED_HORIZON = 512  # newest rows read for them
+
+
+class ThingRows(Protocol):
+    """The parts of the RPC's turn index read here (rows in time order)."""
+
+    @property
+    def docs(self) -> list[StoredTurn]: ...
+    @property
+    def salient(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def attribute(self) -> npt.NDArray[np.int8]: ...  # the standing attribute (-1: none)
+    @property
+    def by_entity(self) -> dict[str, list[int]]: ...
+    @property
+    def names(self) -> Names: ...
+
+
+@dataclass(frozen=True)
+class Untied:
+    """Newer statements that may be about the order asked for (``newer``, newest first) and
+    the rows about it by the name it was asked by (``asked``), which they may supersede."""
+
+    newer: list[int]
+    asked: list[int]
+
+
+NONE_UNTIED = Untied([], [])
+
+
+def untied_statements(keys: Sequence[str], query_tokens: Sequence[str], turns: ThingRows) -> Untied:
+    """The statements that may be about the order a question asks for though no turn ties
+    the name they use to the one it asks by.
+
+    One order is often called by its number in one chat and by its thing in another, and
+    no turn says both. Then an order number nobody gave a name and a thing no number holds
+    may be one order, and the newest statement using the other name may be its newest
+    state: asked by a key that has no name (``keys``), the newest statement about each
+    thing no key holds that came after the key's newest mention; asked by a thing no key
+    holds, the newest statement about each key that has no name that came after the thing's
+    newest mention. A name that is some other key's rules its statements out."""
+    start = max(0, len(turns.docs) - UNTIED_HORIZON)
+    nameless = [k for k in turns.by_entity if k.startswith(_KINDS) and not turns.names.get(k)]
+    if not nameless:
+        return NONE_UNTIED
+    asked_keys = [k for k in keys if k.startswith(_KINDS)]
+    if any(turns.names.get(k) for k in asked_keys):
+        return NONE_UNTIED  # its names find its statements
+    claimed = {n for found in turns.names.values() for n in found}
+    things = _untied_things(turns, start, claimed)
+    if asked_keys:
+        asked = sorted({r for k in asked_keys for r in turns.by_entity.get(k, ())})
+        if not asked:
+            return NONE_UNTIED  # a key never mentioned: nothing to be newer than
+        latest = (max(rows) for rows in things.values())
+    else:
+        words = set(query_tokens)
+        asked = sorted({r for n, rows in things.items() if words.issuperset(n) for r in rows})
+        if not asked:
+            return NONE_UNTIED
+        latest = (max(turns.by_entity[k]) for k in nameless)
+    newer = sorted({r for r in latest if r > asked[-1] and r >= start}, reverse=True)
+    return Untied(newer[:UNTIED_ROWS], asked) if newer else NONE_UNTIED
+
+
+def _untied_things(
+    turns: ThingRows, start: int, claimed: set[tuple[str, ...]]
+) -> dict[tuple[str, ...], list[int]]:
+    """Name -> the rows (from ``start``) naming it, for each thing a statement that names no
+    key speaks of and no key holds as a name."""
+    out: dict[tuple[str, ...], list[int]] = {}
+    for row in range(start, len(turns.docs)):
+        turn = turns.docs[row]
+        if not turns.salient[row] or turns.attribute[row] >= 0 or _thing_keys(turn):
+            continue
+        name = _definite_name(turn.text)
+        if name and name not in claimed:
+            out.setdefault(name, []).append(row)
+    return out

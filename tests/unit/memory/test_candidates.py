@@ -301,3 +301,35 @@ def test_a_turn_naming_the_order_by_its_thing_is_a_key_match() -> None:
     by_name = by_id(score("is the oak bookcase here?", unit(0, 0, 0, 1), turns=named))
     assert by_name["e2"].relevance == KEY_MATCH_RELEVANCE  # names only the order number
     assert by_name["e4"].relevance < KEY_MATCH_RELEVANCE
+
+
+def test_a_newer_statement_by_a_name_never_tied_to_the_asked_number_ranks_right_after_it() -> None:
+    # The number is never given a name, the wardrobe never a number: they may be one order,
+    # and the wardrobe's newer statement may be its newest state.
+    chat = rows(
+        ("k1", "Order Z-4411 is at the depot.", 0, unit(0, 1), ["order:z-4411"]),
+        ("t1", "The teak wardrobe left the depot on Friday.", 5, unit(1, 1), []),
+        ("h1", "We went hiking at a lake.", 6, unit(0, 0, 1), []),
+    )
+    found = by_id(score("where is order Z-4411?", unit(0, 1), keys=["order:z-4411"], turns=chat))
+    assert found["k1"].relevance == KEY_MATCH_RELEVANCE
+    assert found["h1"].relevance < found["t1"].relevance < KEY_MATCH_RELEVANCE
+    assert round(found["t1"].relevance, 6) < KEY_MATCH_RELEVANCE  # visibly, as a client reads it
+    # Asked by something else, the wardrobe's statement keeps its own relevance.
+    other = by_id(score("hiking trip", unit(0, 0, 1), turns=chat))
+    assert other["t1"].relevance < other["h1"].relevance
+
+
+def test_a_newer_thing_said_nothing_like_the_asked_order_is_not_brought_to_it() -> None:
+    # Both things are newer than the number's last mention and neither is tied to it; only
+    # the bench's arrival says something like what the order's own statement said.
+    chat = rows(
+        ("k1", "Order Q-7302 was handed to the courier.", 0, unit(0, 1), ["order:q-7302"]),
+        ("b1", "The cedar bench arrived with a split leg.", 4, unit(1, 2), []),
+        ("g1", "The gift card for my account shows no balance.", 5, unit(0, 0, 0, 1), []),
+        ("h1", "We went hiking at a lake.", 6, unit(0, 0, 1), []),
+    )
+    found = by_id(score("any news on order Q-7302?", unit(0, 1), keys=["order:q-7302"], turns=chat))
+    assert found["b1"].relevance > found["h1"].relevance  # the product's newer status: lifted
+    assert found["g1"].relevance < found["b1"].relevance  # the gift card: left where it was
+    assert found["g1"].relevance <= found["h1"].relevance

@@ -3,12 +3,24 @@ question naming the thing alone is about the key."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from memstream.memory.lexical import LexicalIndex, tokens_of
-from memstream.memory.names import key_names, keys_named, named_rows, names_in, names_of
+from memstream.memory.names import (
+    Names,
+    Untied,
+    key_names,
+    keys_named,
+    named_rows,
+    names_in,
+    names_of,
+    untied_statements,
+)
 from memstream.schemas import StoredTurn
 
 
@@ -23,6 +35,9 @@ from memstream.schemas import StoredTurn
         ("Order #40593 is lost somewhere after Leeds.", "order:40593", set()),
         ("I have a question about order 555 (urgent!)", "order:555", set()),  # not a name
         ("the desk (order #40593)", "order:99999", set()),  # another key's name
+        # A word that cannot be part of a name ends the phrase: none is left to name it.
+        ("My receipt never mentions order #40593.", "order:40593", set()),
+        ("The van still carries order #40593.", "order:40593", set()),
     ],
 )
 def test_names_in_apposition_to_the_key(text: str, key: str, names: set[tuple[str, ...]]) -> None:
@@ -161,3 +176,86 @@ def test_an_answer_never_moves_a_name_another_key_has() -> None:
     question = said(0, "user", "Is there an update on order #90118?", ["order:90118"])
     answer = said(1, "assistant", "I've sent a new one out for the oak bookcase.", [])
     assert names_of([question, answer], known) == known
+
+
+def test_the_sellers_own_things_name_no_order() -> None:
+    question = said(0, "user", "Any progress on order #3120?", ["order:3120"])
+    answer = said(1, "assistant", "Let me look it up in our records first.", [])
+    assert names_of([question, answer]) == {}
+
+
+# --- a key nobody named, a name no key holds -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chat:
+    """The parts of a turn index ``untied_statements`` reads, built from turns in order."""
+
+    docs: list[StoredTurn]
+    standing: set[int] = field(default_factory=set)  # rows stating a standing attribute
+
+    @property
+    def salient(self) -> npt.NDArray[np.bool_]:
+        return np.ones(len(self.docs), dtype=bool)
+
+    @property
+    def attribute(self) -> npt.NDArray[np.int8]:
+        return np.array([0 if r in self.standing else -1 for r in range(len(self.docs))], np.int8)
+
+    @property
+    def by_entity(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for row, t in enumerate(self.docs):
+            for key in t.entities:
+                out.setdefault(key, []).append(row)
+        return out
+
+    @property
+    def names(self) -> Names:
+        return names_of(self.docs)
+
+
+# One customer, two orders: Z-4411 is only ever called by its number, the teak wardrobe only
+# by its thing; the bread maker is tied to Q-7 in one turn.
+CHAT = Chat(
+    [
+        said(0, "user", "I paid for order Z-4411 this morning.", ["order:Z-4411"], "s1"),
+        said(1, "user", "Your bread maker (order Q-7) came early.", ["order:Q-7"], "s1"),
+        said(2, "assistant", "Order Z-4411 is waiting at the Leeds hub.", ["order:Z-4411"], "s2"),
+        said(3, "user", "The teak wardrobe still has not come.", [], "s3"),
+        said(4, "user", "My bread maker is broken now.", [], "s3"),
+        said(5, "assistant", "The teak wardrobe left the hub at noon.", [], "s4"),
+        said(6, "user", "Order Q-7 is going back.", ["order:Q-7"], "s4"),
+    ]
+)
+
+
+def test_asked_by_a_number_nobody_named_the_newest_word_on_an_unclaimed_thing_comes() -> None:
+    got = untied_statements(["order:Z-4411"], tokens_of("where is order Z-4411?"), CHAT)
+    # The teak wardrobe's newest statement, not its older one; never the bread maker's:
+    # Q-7 holds that name.
+    assert got == Untied(newer=[5], asked=[0, 2])
+
+
+def test_asked_by_an_unclaimed_thing_the_newest_word_on_a_nameless_number_comes() -> None:
+    later = Chat([*CHAT.docs, said(7, "agent", "Order Z-4411 was signed for.", ["order:Z-4411"])])
+    got = untied_statements([], tokens_of("did my teak wardrobe arrive?"), later)
+    assert got == Untied(newer=[7], asked=[3, 5])
+    # Nothing about Z-4411 after the wardrobe's newest statement: nothing newer to show.
+    assert untied_statements([], tokens_of("did my teak wardrobe arrive?"), CHAT).newer == []
+
+
+def test_a_named_order_or_a_user_with_no_orders_brings_nothing_in() -> None:
+    assert untied_statements(["order:Q-7"], tokens_of("order Q-7?"), CHAT).newer == []
+    talk = Chat([said(0, "user", "The garden party was lovely.", [])])
+    assert untied_statements([], tokens_of("how was the garden party?"), talk).newer == []
+    # A question naming neither a nameless number nor an unclaimed thing.
+    assert untied_statements([], tokens_of("any news on the bread maker?"), CHAT).newer == []
+
+
+def test_a_standing_attribute_is_no_statement_about_a_thing() -> None:
+    chat = Chat(
+        [*CHAT.docs[:5], said(5, "user", "Please leave the parcel with the porter.", [])],
+        standing={5},
+    )
+    assert untied_statements(["order:Z-4411"], tokens_of("order Z-4411?"), chat).newer == [3]
