@@ -40,7 +40,7 @@ def by_user(events: Iterable[dict[str, Any]]) -> dict[User, set[str]]:
 
 @dataclass
 class Snapshot:
-    # Timeline members per user; after ``with_archive``, the archived turns too.
+    # Timeline and leaving members per user; after ``with_archive``, the archived turns too.
     turns: dict[User, list[str]] = field(default_factory=dict)
     written: int = 0  # distinct turns memorize wrote (hot or gone on to the archive)
     triggers: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> t, u, key
@@ -64,9 +64,13 @@ async def read_turns(deployment: Deployment, users: Iterable[User]) -> dict[User
         users = list(users)
         for t, u in users:
             pipe.zrange(f"{deployment.prefix}:{user_tag(t, u)}:timeline", 0, -1)
+            # Left the hot tier, kept until the archive worker has them: stored, and
+            # retrievable (the audit may stop the archive's owner before it caught up).
+            pipe.zrange(f"{deployment.prefix}:{user_tag(t, u)}:leaving", 0, -1)
         found = await pipe.execute()
         return {
-            user: [m.decode() for m in members] for user, members in zip(users, found, strict=True)
+            user: list(dict.fromkeys(m.decode() for m in (*hot, *leaving)))
+            for user, hot, leaving in zip(users, found[::2], found[1::2], strict=True)
         }
     finally:
         await redis.aclose()
