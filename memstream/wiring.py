@@ -13,6 +13,7 @@ stage's construction: each stage builds its own from ``Services``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import Callable
@@ -305,6 +306,13 @@ class ServiceBuilder:
 async def stop_api(api: FastAPI) -> None:
     """Stop what ``ServiceBuilder.start_api`` started."""
     deps: ApiDeps = api.state.deps
+    follower = getattr(api.state, "generation_follower", None)
+    if follower is not None:
+        follower[1].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower[1]
+    if deps.feedback is not None:  # drained while its publisher still runs
+        await deps.feedback.close()
     if deps.ingest is not None:
         await deps.ingest.close()
     if deps.intake is not None:

@@ -43,11 +43,15 @@ class FeedbackSink:
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.dropped = 0
+        self._closed = False
 
     def offer(self, feedback: Feedback) -> bool:
-        """Queue it for publishing; False (and dropped) when the queue is full."""
+        """Queue it for publishing; False (and dropped) when the queue is full or closed."""
         if not feedback.memory_ids and not feedback.turn_ids:
             return True
+        if self._closed:  # its publisher may be closed too: a late reply reports nothing
+            self.dropped += 1
+            return False
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
         try:
@@ -83,6 +87,8 @@ class FeedbackSink:
             await asyncio.wait_for(self._queue.join(), timeout_s)
 
     async def close(self) -> None:
+        """Publish what was offered, then refuse more; before the publisher closes."""
+        self._closed = True
         await self.flush()
         if self._task is not None:
             self._task.cancel()

@@ -4,15 +4,18 @@ that generation's stores beside them, and a switch back finds the first ones aga
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from memstream.generations import Generation, apply_generation
 from memstream.metrics import Metrics
+from memstream.schemas import Feedback
 from memstream.settings import Settings
 from memstream.stores.embedded import free_port
-from memstream.wiring import ServiceBuilder, Stack
+from memstream.wiring import ServiceBuilder, Stack, stop_api
 
 
 async def test_a_generation_is_opened_once_and_a_switch_back_reuses_it(tmp_path: Path) -> None:
@@ -44,5 +47,31 @@ async def test_a_generation_is_opened_once_and_a_switch_back_reuses_it(tmp_path:
         back = await builder.retriever(base)
         assert back.state is first.state
         assert back.longterm is first.longterm
+    finally:
+        await builder.close()
+
+
+async def test_stopping_the_api_publishes_the_feedback_it_was_offered(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    settings = settings_factory()
+    builder = ServiceBuilder(
+        Stack(settings.kafka.broker, settings.redis.url), Metrics(CollectorRegistry())
+    )
+    try:
+        api = await builder.start_api(settings)
+        sink = api.state.deps.feedback
+        offered = Feedback(
+            feedback_id="f1",
+            tenant_id="t1",
+            user_id="u1",
+            memory_ids=[],
+            turn_ids=["e1"],
+            ts=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+        assert sink.offer(offered)
+        await stop_api(api)  # the reply's feedback still lingers in the sink's batch
+        assert (sink.sent, sink.dropped) == (1, 0)
+        assert not sink.offer(offered)  # its publisher is closed: refused, not raised later
     finally:
         await builder.close()
