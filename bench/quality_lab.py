@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 from bench import locomo
 from bench.locomo import Question, Scores
 from memstream.memory.cluster_state import Cluster
+from memstream.memory.excerpts import ELLIPSIS
 from memstream.memory.lexical import LexicalIndex
 from memstream.memory.ranking import RankingParams
 from memstream.memory.turns import stored_turn
@@ -281,7 +282,13 @@ def score_answers(
         s[f"best {kind} strength"] = best.strength if best else 0.0
     s["took_ms@rank"] = ranked.took_ms
     for budget, got in budgeted.items():
-        turns = [d for i in got.items if i.kind == "turn" for d in _sources(i, q.conversation_id)]
+        # A turn cut to its excerpt counts only by what of it is visibly there.
+        turns = [
+            d
+            for i in got.items
+            if i.kind == "turn" and ELLIPSIS not in i.text
+            for d in _sources(i, q.conversation_id)
+        ]
         shown = locomo.context_coverage(got.context, turns, (), texts)
         sources = [d for i in got.items for d in _sources(i, q.conversation_id)]
         s[f"ER@{budget}"] = locomo.evidence_recall(shown, q.evidence)

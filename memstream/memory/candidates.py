@@ -416,6 +416,7 @@ def _turn_candidates(
                 strength_span=strength_span,
                 heading=heading,
                 body=body,
+                whole=bool(turns.promise[int(rows[i])]),
             )
         )
     return out

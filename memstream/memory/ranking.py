@@ -39,7 +39,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Literal
@@ -80,6 +80,9 @@ class RankingParams:
     expand_seeds: int = 3
     expand_per_seed: int = 2
     expand_share: float = 0.9
+    # A turn longer than this (tokens) shows only its sentences that bear on the question
+    # (memory.excerpts); 0: every turn whole.
+    excerpt_over_tokens: int = 25
 
 
 def zscores(values: npt.ArrayLike) -> FloatArray:
@@ -309,6 +312,10 @@ class Candidate:
     # a day's turns under one heading. Empty: ``text`` stands alone.
     heading: str = ""
     body: str = ""
+    whole: bool = False  # never cut to an excerpt (a promise's line, its status in front)
+    # A turn's line cut to what bears on the question (memory.excerpts): shown instead of
+    # ``body`` when the whole turn no longer fits the budget. Empty: none.
+    excerpt: str = ""
 
     @property
     def score(self) -> float:
@@ -431,12 +438,23 @@ def assemble_context(
     for i, item in enumerate(by_score):
         if not _earns_place(by_score, costs, i, chosen, budget_tokens - used):
             continue
-        trial = _render([*chosen, item])
-        if count_tokens(trial) <= budget_tokens:
-            chosen.append(item)
-            context = trial
-            used += costs[i]
+        for option in _options(item):
+            trial = _render([*chosen, option])
+            if count_tokens(trial) <= budget_tokens:
+                chosen.append(option)
+                context = trial
+                used += count_tokens(option[0].text.strip())
+                break
     return context, _layered(chosen)
+
+
+def _options(item: tuple[Candidate, float]) -> list[tuple[Candidate, float]]:
+    """What may be shown of an item, longest first: the whole, then its excerpt."""
+    c, score = item
+    if not c.excerpt:
+        return [item]
+    text = f"{c.heading} {c.excerpt}" if c.heading else c.excerpt
+    return [item, (replace(c, text=text, body=c.excerpt if c.heading else "", excerpt=""), score)]
 
 
 def _earns_place(
@@ -491,21 +509,24 @@ def _assemble_additive(
     for i, item in enumerate(by_score):
         if not _earns_place(by_score, costs, i, chosen, budget_tokens - items):
             continue
-        c = item[0]
-        cost = costs[i] + (0 if c.kind in opened else headers[c.kind])
-        day = c.heading if c.kind == "turn" else ""
-        if day:
-            # A day's turns share one heading line (checked below: the final count is
-            # exact only while each day's turns sit together, as newest-first keeps them).
-            cost += count_tokens(_body(c)) - costs[i]
-            cost += 0 if day in days else count_tokens(day)
-        if used + cost <= budget_tokens:
-            chosen.append(item)
-            opened.add(c.kind)
+        for option in _options(item):
+            c = option[0]
+            own = costs[i] if c is item[0] else count_tokens(c.text.strip())
+            cost = own + (0 if c.kind in opened else headers[c.kind])
+            day = c.heading if c.kind == "turn" else ""
             if day:
-                days.add(day)
-            used += cost
-            items += costs[i]
+                # A day's turns share one heading line (checked below: the final count is
+                # exact only while each day's turns sit together, as newest-first keeps them).
+                cost += count_tokens(_body(c)) - own
+                cost += 0 if day in days else count_tokens(day)
+            if used + cost <= budget_tokens:
+                chosen.append(option)
+                opened.add(c.kind)
+                if day:
+                    days.add(day)
+                used += cost
+                items += own
+                break
     context = _render(chosen)
     if count_tokens(context) != used:
         return None  # the counter is not additive after all: take the plain path

@@ -11,13 +11,14 @@ same answer, however long after it was gathered and whatever was written since.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
 
 from memstream.memory.candidates import ShortTermMode, TurnRows, score_candidates
 from memstream.memory.clustering import Cluster
+from memstream.memory.excerpts import excerpt, question_terms
 from memstream.memory.ranking import (
     Candidate,
     RankingParams,
@@ -100,7 +101,25 @@ def rank_gathered(
         render=render,
     )
     ranked = rank(candidates, g.top_k, exploration_share=params.exploration_share)
+    if params.excerpt_over_tokens:
+        terms = question_terms(g.query)
+        ranked = [
+            (_excerpted(c, terms, count_tokens, params.excerpt_over_tokens), score)
+            for c, score in ranked
+        ]
     context, used = assemble_context(
         ranked, g.budget_tokens, count_tokens, additive_lines=additive_lines
     )
     return Ranked(tuple(used), context, count_tokens(context) if context else 0)
+
+
+def _excerpted(
+    c: Candidate, terms: frozenset[str], count_tokens: Callable[[str], int], over_tokens: int
+) -> Candidate:
+    """``c`` with its excerpt, shown when the whole turn does not fit (a turn only)."""
+    if c.kind != "turn" or c.whole:
+        return c
+    cut = excerpt(c.body or c.text, terms, count_tokens, over_tokens=over_tokens)
+    if cut is None:
+        return c
+    return replace(c, excerpt=cut)

@@ -155,10 +155,13 @@ async def test_a_deadline_under_a_millisecond_is_the_callers_mistake(serve: Serv
 async def test_the_client_retries_after_retry_after_until_served(serve: Serve) -> None:
     served = serve(**limit(1, admission_retry_after_min_ms=30.0))
     clients = [
-        AsyncMemoryClient("http://api", DEMO_API_KEY, retries=3, transport=served.transport)
+        AsyncMemoryClient("http://api", DEMO_API_KEY, retries=10, transport=served.transport)
         for _ in range(3)
     ]
     try:
+        # The model's first run is the slowest by far: warmed, a served retrieval takes
+        # milliseconds, well inside what ten retries wait.
+        await clients[0].retrieve("u1", "warm-up")
         answers = await asyncio.gather(
             *(
                 c.retrieve("u1", f"gift card balance {i} {uuid.uuid4().hex}")
@@ -172,4 +175,4 @@ async def test_the_client_retries_after_retry_after_until_served(serve: Serve) -
     assert len(answers) == 3  # every caller served in the end ...
     shed = served.value("memstream_rpc_shed_total", reason="overload", tenant=DEMO_TENANT)
     assert shed >= 1  # ... though some were refused first and came back
-    assert served.value("memstream_rpc_admitted_total") == 3
+    assert served.value("memstream_rpc_admitted_total") == 3 + 1  # and the warm-up

@@ -4,6 +4,7 @@ memory earns its place."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -366,3 +367,23 @@ def test_split_turn_text_gives_the_day_and_the_line(text: str, speaker: str, ts:
         event_id="e1", session_id="s1", role="user", speaker=speaker, text=text or "x", ts=ts
     )
     assert split_turn_text(turn_text(turn)) == (turn_day(turn), turn_line(turn))
+
+
+def test_a_turn_that_no_longer_fits_whole_shows_its_excerpt() -> None:
+    day = "[3 Nov 2026]"
+    long_line = "ann: we went to the lake. it rained all day and the tent leaked badly."
+    cut = "ann: we went to the lake. …"
+    first = turn("e1", 0.9, text=f"{day} ann: the lake trip was fun")
+    second = replace(
+        turn("e2", 0.8, text=f"{day} {long_line}"), heading=day, body=long_line, excerpt=cut
+    )
+    first = replace(first, heading=day, body="ann: the lake trip was fun")
+    for additive in (False, True):
+        roomy, used = assemble_context(rank([first, second], 2), 40, words, additive_lines=additive)
+        assert long_line in roomy  # whole whenever it fits
+        assert [c.body for c, _ in used] == ["ann: the lake trip was fun", long_line]
+        tight, used = assemble_context(rank([first, second], 2), 20, words, additive_lines=additive)
+        assert cut in tight
+        assert "rained" not in tight
+        assert [c.id for c, _ in used] == ["e1", "e2"]
+        assert words(tight) <= 20
