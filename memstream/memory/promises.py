@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from itertools import pairwise
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +38,7 @@ def _word_set(words: str) -> frozenset[str]:
 # tell questions apart. Each run is possessive (and ``_WORD``'s pieces are disjoint), so a
 # scan is linear in the text.
 _SENTENCE = re.compile(r"(?:[^.!?\n]|(?<=\d)\.(?=\d))++[.!?]*+")
+MAX_SENTENCES = 64  # read per turn, clauses per sentence, words per clause (``_bounded``)
 # Clause breaks inside a sentence: what one clause negates or defers says nothing of the next
 # ("I've refunded it; it will show in 3 days", "The refund came through, no problem").
 # A comma between digits is a thousands separator ("£1,250"), not a break.
@@ -142,11 +144,28 @@ def _words(clause: str) -> list[str]:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    """The turn's sentences as read: of more than ``MAX_SENTENCES`` (a pasted log, a wall of
+    fragments), the first and the last halves, where a reply says what it promises or
+    reports; what a turn costs stays bounded whatever is pasted into it."""
+    return _bounded([s.strip() for s in _SENTENCE.findall(text) if s.strip()])
 
 
 def _clauses(sentence: str) -> list[list[str]]:
-    return [w for part in _CLAUSE.split(sentence.lower()) if (w := _words(part))]
+    """The sentence's clauses as words; as ``_sentences``, at most ``MAX_SENTENCES`` clauses
+    read, and as many words of each."""
+    return _bounded(
+        [_bounded(w) for part in _CLAUSE.split(sentence.lower()) if (w := _words(part))]
+    )
+
+
+T = TypeVar("T")
+
+
+def _bounded(parts: list[T]) -> list[T]:
+    if len(parts) <= MAX_SENTENCES:
+        return parts
+    half = MAX_SENTENCES // 2
+    return parts[:half] + parts[-half:]
 
 
 def _is_question(sentence: str) -> bool:
