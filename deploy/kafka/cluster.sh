@@ -25,6 +25,7 @@ dir="${KAFKA_CLUSTER_DIR:-.memstream/cluster/kafka}"
 base="${KAFKA_BASE_PORT:-19090}"
 heap="${KAFKA_HEAP_OPTS:--Xmx320m -Xms128m}"
 nodes=(1 2 3)
+offsets_partitions=4  # __consumer_offsets: the group coordinator's partitions
 
 broker_port() { echo $((base + $1)); }
 controller_port() { echo $((base + 10 + $1)); }
@@ -81,7 +82,7 @@ num.replica.fetchers=1
 background.threads=2
 log.segment.bytes=16777216
 group.initial.rebalance.delay.ms=0
-offsets.topic.num.partitions=4
+offsets.topic.num.partitions=$offsets_partitions
 transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
@@ -131,6 +132,7 @@ up() {
     fi
   done
   wait_brokers
+  wait_coordinator
   echo "kafka $version up: $(url)"
 }
 
@@ -144,6 +146,23 @@ wait_brokers() {
     sleep 1
   done
   echo "the brokers did not all register" >&2
+  exit 1
+}
+
+wait_coordinator() {
+  # A group's first FindCoordinator makes the cluster create __consumer_offsets (RF 3): asked
+  # and waited for here, not by a test's first consumer, whose commits stalled for minutes
+  # while it came up on a busy machine.
+  java_cmd org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server \
+    "$(bootstrap)" --describe --group memstream-cluster-warmup >/dev/null 2>&1 || true
+  for ((i = 0; i < 120; i++)); do
+    local led
+    led=$(java_cmd org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap)" \
+      --describe --topic __consumer_offsets 2>/dev/null | grep -c 'Leader: [0-9]' || true)
+    [[ $led -ge $offsets_partitions ]] && return 0
+    sleep 1
+  done
+  echo "the group coordinator did not come up (__consumer_offsets has no leaders)" >&2
   exit 1
 }
 
