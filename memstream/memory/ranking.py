@@ -443,7 +443,7 @@ def assemble_context(
             if count_tokens(trial) <= budget_tokens:
                 chosen.append(option)
                 context = trial
-                used += count_tokens(option[0].text.strip())
+                used += costs[i] if option is item else count_tokens(option[0].text.strip())
                 break
     return context, _layered(chosen)
 
