@@ -97,12 +97,13 @@ def _fail(message: str) -> NoReturn:
 
 
 def _run(settings: Settings, roles: frozenset[Role], job: Job | None = None) -> None:
-    from memstream.runtime import StartupError, run_process
+    from memstream.runtime import StartupError, exit_within, run_process
 
     try:
         code = run_process(settings, roles, job=job)
     except StartupError as exc:
         _fail(str(exc))
+    exit_within(code)
     raise typer.Exit(code)
 
 
@@ -340,6 +341,7 @@ def rebuild(
     MEMSTREAM_RECURRENCE__MIN_SIMILAR) and these flags; run it again to resume.
     """
     from memstream.ops.rebuild import plan_generation, run_rebuild
+    from memstream.runtime import exit_within
 
     settings = _found_stack(_settings())
     encoder = {
@@ -364,7 +366,9 @@ def rebuild(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    raise typer.Exit(run_rebuild(settings, generation, switch=switch, console=console))
+    code = run_rebuild(settings, generation, switch=switch, console=console)
+    exit_within(code)
+    raise typer.Exit(code)
 
 
 @cli.command()

@@ -189,6 +189,10 @@ class Samples:
         )
 
 
+# How long a hung process gets to write each stack dump before the next signal.
+STACK_DUMP_WAIT_S = 2.0
+
+
 class Process:
     """One memstream process: ``python -m <entry> run --roles ...`` with ``settings``.
 
@@ -327,7 +331,12 @@ class Process:
                 os.kill(pid, signal.SIGKILL)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; the exit code (None: never started)."""
+        """SIGTERM, then SIGKILL after ``timeout_s``; the exit code (None: never started).
+
+        Before the SIGKILL, the process writes to its log where it hangs: SIGQUIT, every
+        thread's stack (``runtime.dump_stacks_on_sigquit``); then SIGUSR1, the faust
+        worker's asyncio tasks, if its loop still runs.
+        """
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -336,6 +345,11 @@ class Process:
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
+                for dump in (signal.SIGQUIT, signal.SIGUSR1):
+                    if self.proc.poll() is None:
+                        self.proc.send_signal(dump)
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            self.proc.wait(STACK_DUMP_WAIT_S)
                 self.kill()
         return self.proc.returncode
 

@@ -26,7 +26,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from memstream.logs import logging_config
 from memstream.roles import parse_roles
-from memstream.runtime import run_process
+from memstream.runtime import exit_within, run_process
 from memstream.settings import QdrantSettings, Settings
 from memstream.stores.longterm import LongTermStore
 from memstream.wiring import LongTermOpener, open_longterm
@@ -79,7 +79,9 @@ def main(argv: list[str]) -> int:
     down_file = os.environ.get(QDRANT_DOWN_ENV)
     opener = switchable_opener(Path(down_file)) if down_file else open_longterm
     logging.config.dictConfig(logging_config(settings.log_level))
-    return run_process(settings, roles, open_store=opener)
+    code = run_process(settings, roles, open_store=opener)
+    exit_within(code)
+    return code
 
 
 if __name__ == "__main__":

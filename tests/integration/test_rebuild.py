@@ -177,7 +177,10 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
     # of several processes, so boosts are off to keep the answers comparable.
     no_boost = {"strength_boost": 1.0}
     base = with_free_port(settings_factory(metrics_interval_s=0.5, maintenance=no_boost))
-    live = MemstreamProcess(base, tmp_path / "live.log").start()
+    # Its log at info: the worker's stop, step by step, if it ever hangs (on a loaded
+    # cluster a drain once outlasted 30 s; the log then says where).
+    live = MemstreamProcess(base.model_copy(update={"log_level": "info"}), tmp_path / "live.log")
+    live.start()
     fresh: MemstreamProcess | None = None
     try:
         replay_and_settle(live, events, stream)
@@ -271,4 +274,4 @@ def test_rebuild_equals_fresh_run_and_rpc_switches(
     finally:
         if fresh is not None and fresh.proc is not None and fresh.proc.poll() is None:
             fresh.stop()
-        assert live.stop() == 0, live.log_path.read_text()[-3000:]
+        assert live.stop(timeout_s=60) == 0, live.output()[-12000:]
