@@ -32,7 +32,6 @@ from prometheus_client import CollectorRegistry
 from bench import locomo
 from bench.locomo import Question, Scores
 from memstream.memory.cluster_state import Cluster
-from memstream.memory.excerpts import ELLIPSIS
 from memstream.memory.lexical import LexicalIndex
 from memstream.memory.ranking import RankingParams
 from memstream.memory.turns import stored_turn
@@ -286,7 +285,7 @@ def score_answers(
         turns = [
             d
             for i in got.items
-            if i.kind == "turn" and ELLIPSIS not in i.text
+            if i.kind == "turn" and not i.excerpt
             for d in _sources(i, q.conversation_id)
         ]
         shown = locomo.context_coverage(got.context, turns, (), texts)

@@ -316,6 +316,7 @@ class Candidate:
     # A turn's line cut to what bears on the question (memory.excerpts): shown instead of
     # ``body`` when the whole turn no longer fits the budget. Empty: none.
     excerpt: str = ""
+    cut: bool = False  # ``text`` is the turn's excerpt, not the whole turn
 
     @property
     def score(self) -> float:
@@ -454,7 +455,8 @@ def _options(item: tuple[Candidate, float]) -> list[tuple[Candidate, float]]:
     if not c.excerpt:
         return [item]
     text = f"{c.heading} {c.excerpt}" if c.heading else c.excerpt
-    return [item, (replace(c, text=text, body=c.excerpt if c.heading else "", excerpt=""), score)]
+    shown = replace(c, text=text, body=c.excerpt if c.heading else "", excerpt="", cut=True)
+    return [item, (shown, score)]
 
 
 def _earns_place(

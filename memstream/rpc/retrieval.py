@@ -246,6 +246,7 @@ class Retriever:
                     strength=c.strength,
                     ts=c.ts,
                     source_event_ids=list(c.source_event_ids),
+                    excerpt=c.cut,
                 )
                 for c, score in ranked.items
             ],

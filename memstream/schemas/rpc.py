@@ -35,6 +35,9 @@ class RetrievedItem(Model):
     strength: float
     ts: datetime
     source_event_ids: list[str]
+    # True: ``text`` is the turn cut to its sentences that bear on the query ("…" where
+    # others were left out), as the context shows it when the whole turn did not fit.
+    excerpt: bool = False
 
 
 class RetrieveResponse(Model):

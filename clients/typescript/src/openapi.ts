@@ -398,6 +398,11 @@ export interface components {
         };
         /** RetrievedItem */
         RetrievedItem: {
+            /**
+             * Excerpt
+             * @default false
+             */
+            excerpt?: boolean;
             /** Id */
             id: string;
             /**

@@ -382,8 +382,10 @@ def test_a_turn_that_no_longer_fits_whole_shows_its_excerpt() -> None:
         roomy, used = assemble_context(rank([first, second], 2), 40, words, additive_lines=additive)
         assert long_line in roomy  # whole whenever it fits
         assert [c.body for c, _ in used] == ["ann: the lake trip was fun", long_line]
+        assert [c.cut for c, _ in used] == [False, False]
         tight, used = assemble_context(rank([first, second], 2), 20, words, additive_lines=additive)
         assert cut in tight
         assert "rained" not in tight
         assert [c.id for c, _ in used] == ["e1", "e2"]
+        assert [c.cut for c, _ in used] == [False, True]
         assert words(tight) <= 20

@@ -324,3 +324,24 @@ async def test_what_was_gathered_ranks_the_same_after_a_later_write(
         (i.id, i.score) for i in answered.items
     ]
     assert ranked.context == answered.context
+
+
+async def test_a_turn_shown_cut_says_it_is_an_excerpt(
+    state: FakeShortTermState, longterm: LongTermStore
+) -> None:
+    filler = " ".join(f"The weather on day {n} was mild and grey." for n in range(12))
+    long_turn = f"{filler} The blender jug arrived cracked along the handle. {filler}"
+    await memorize(state, USER, "e5", long_turn, 4)
+    r = retriever(state, longterm)
+    ask = RetrieveRequest(user_id=USER, query="cracked blender jug handle", budget_tokens=48)
+    got = await r.retrieve(TENANT, ask)
+    shown = {i.id: i for i in got.items}
+    assert shown["e5"].excerpt
+    assert "arrived cracked along the handle" in shown["e5"].text
+    assert "day 11" not in shown["e5"].text
+    assert "arrived cracked along the handle" in got.context
+    assert "day 11" not in got.context
+    roomy = await r.retrieve(TENANT, ask.model_copy(update={"budget_tokens": 2048}))
+    whole = {i.id: i for i in roomy.items}["e5"]
+    assert not whole.excerpt
+    assert "day 11" in whole.text
