@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 from bench.core import Context, Result, Row
 from bench.generate import generate_events, write_jsonl
 from bench.ingest_report import markdown
+from bench.ingest_results import Measured, Params, StreamRun
 from bench.plotting import bar_chart, latency_chart, scaleout_chart
 from bench.retrieval_data import bare_encoder
 from bench.scaleout import (
@@ -55,16 +56,6 @@ TENANT = "demo"  # the demo API key's tenant: probes posted to the RPC land ther
 STAGES = ("encode", "memorize", "consolidate", "llm")
 
 
-@dataclass(frozen=True)
-class Params:
-    sample_events: int  # of examples/sample_stream.jsonl (276 in all)
-    generated_events: int  # replayed for throughput
-    latency_probes: int  # single events posted at half load
-    scaleout_events: int  # per scale-out run
-    scaleout_rounds: int  # pairs of scale-out runs (1 process, then 2); the median is reported
-    single_samples: int  # one-sentence encoder calls for the latency reference
-
-
 QUICK = Params(
     sample_events=100,
     generated_events=200,
@@ -85,34 +76,6 @@ FULL = Params(
     single_samples=300,
 )
 PROBE_SECONDS = 40  # the latency phase lasts about this long, whatever the rate
-
-
-@dataclass
-class StreamRun:
-    name: str
-    events: int
-    elapsed_s: float  # first publish -> settled
-    memorized_s: float  # first publish -> every event memorized
-    events_per_s: float
-    cpu_s: dict[str, float]
-    stages: dict[str, dict[str, float]]  # stage -> {"sum_s", "count"}
-    encode_batch_mean: float
-    triggers: float
-    llm_calls: float
-    machine_busy: float  # share of all CPU on the machine, anyone's, during the run
-    # The encoder's own counters, every caller kind (turns, descriptions, queries):
-    # texts asked, encoded (run through the model), cache_hits, runs.
-    encoder: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def encoder_texts_per_event(self) -> float:
-        return self.encoder.get("texts", 0.0) / self.events if self.events else 0.0
-
-    @property
-    def pipeline_cpu_ms_per_event(self) -> float:
-        """CPU of every pipeline process (memstream, broker, Valkey), not the bench driver."""
-        used = sum(s for name, s in self.cpu_s.items() if name in PIPELINE_PROCESSES)
-        return 1000 * used / self.events if self.events else 0.0
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -211,9 +174,6 @@ def encoder_reference(texts: list[str], single: list[str], batch: int) -> dict[s
         "machine_busy": busy,
         "single_ms": percentiles(lat),
     }
-
-
-PIPELINE_PROCESSES = ("memstream", "broker", "valkey")
 
 
 def _procs(svc: Services, mem: Memstream) -> dict[str, psutil.Process]:
@@ -407,14 +367,6 @@ async def _confirm(http: Any, sample: list[dict[str, Any]]) -> str:
             for item in items
         )
     return f"{hits}/{len(sample)}"
-
-
-@dataclass
-class Measured:
-    encoder: dict[str, Any] = field(default_factory=dict)
-    streams: list[StreamRun] = field(default_factory=list)
-    latency: dict[str, Any] = field(default_factory=dict)
-    scale: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def run(ctx: Context) -> Result:

@@ -8,12 +8,10 @@ pipeline falls short of the encoder.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bench.ingest_results import Measured, Params, StreamRun
 from bench.scaleout import markdown as scale_markdown
-
-if TYPE_CHECKING:
-    from bench.ingest import Measured, Params, StreamRun
 
 TARGET_RATIO = 0.8
 

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from bench.cost import consolidated_messages, token_costs
 from bench.generate import generate_events, write_jsonl
 from bench.maintenance import maintenance_markdown, time_maintenance
 from bench.plotting import bar_chart, series_chart
+from bench.resources_params import Params
 from bench.resources_report import markdown
 from bench.services import MIB, Memstream, RssSampler, Samples, rss_breakdown, services
 from memstream.ops.demo import SAMPLE_STREAM
@@ -57,17 +58,6 @@ MEM0_NOTE = (
     "virtualenv (`make mem0-venv`, which `make bench` runs), never in the project's. "
     "The reference column holds the target."
 )
-
-
-@dataclass(frozen=True)
-class Params:
-    sample_events: int  # of examples/sample_stream.jsonl (276 in all), replayed
-    memories: int  # long-term, bulk-loaded
-    memory_users: int
-    short_term_turns: int  # in all: bulk-loaded + replayed
-    turn_users: int  # users holding the bulk-loaded turns (and asked in retrievals)
-    generated_events: int  # replayed through the pipeline
-    retrievals: int
 
 
 QUICK = Params(100, 5_000, 50, 1_000, 4, 150, 20)

@@ -5,13 +5,11 @@ Kept apart from ``bench/resources.py``, which measures; this module only writes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bench.resources_params import Params
 from memstream.settings import Settings
 from memstream.streaming.params import recurrence_params
-
-if TYPE_CHECKING:
-    from bench.resources import Params
 
 MIB = 1024 * 1024
 
