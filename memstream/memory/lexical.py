@@ -14,6 +14,7 @@ as the benchmark's baseline (``bench/baselines.py``), so the two are comparable.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,43 +35,49 @@ def lexical_text(speaker: str, ts: datetime, text: str) -> str:
     return f"{speaker} ({ts.day} {ts.strftime('%B %Y')}): {text}"
 
 
+# A term's postings: (slot, term frequency) pairs, int32, packed in an immutable ``bytes``.
+# An index grown from another (``with_docs``) shares every term it does not change, and a
+# term held by one turn costs ~40 bytes where a dict of one posting cost ~180: most of a
+# user's terms are that rare, and the RPC holds every turn of the users it serves.
+_PAIR = np.dtype(np.int32)
+_PAIR_BYTES = 2 * _PAIR.itemsize
+
+
+def _pairs(packed: bytes) -> npt.NDArray[np.int32]:
+    """A term's postings as an (n, 2) read-only view: slot, term frequency."""
+    return np.frombuffer(packed, dtype=_PAIR).reshape(-1, 2)
+
+
 @dataclass
 class LexicalIndex:
-    """Postings (term -> doc -> term frequency) and document lengths.
+    """Postings (term -> documents' slots and term frequencies) and document lengths.
 
     Documents are keyed by id (a turn's event id); adding an id again replaces it, so feeding
     the same turn twice (a re-read, an at-least-once replay) changes nothing. ``add`` and
     ``remove`` build an index in place; ``with_docs`` grows one that may be in use (a turn
     index's snapshot a retrieval is scoring) into a new index, leaving it as it was.
 
-    Scoring is numpy over each query term's postings as arrays (built once per term and
-    change, ``_term_arrays``): a Python loop over the postings cost ~1 ms a query at 500
-    turns. Each document has a slot (its row in ``_slot_length``, kept while it is indexed);
-    ``scores`` maps slots to the caller's rows once per ``positions`` mapping it is given.
-    The sums run term by term in query order, elementwise, exactly as the loop added them:
-    the same floats whatever the CPU.
+    Scoring is numpy over each query term's postings, read as arrays in place (a Python
+    loop over the postings cost ~1 ms a query at 500 turns). Each document has a slot (its
+    row in ``_slot_length``, kept while it is indexed); ``scores`` maps slots to the
+    caller's rows once per ``positions`` mapping it is given. The sums run term by term in
+    query order, elementwise, exactly as the loop added them: the same floats whatever
+    the CPU.
     """
 
     k1: float = K1
     b: float = B
-    _postings: dict[str, dict[str, int]] = field(default_factory=dict)
-    _terms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _postings: dict[str, bytes] = field(default_factory=dict)
+    _terms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # doc id -> its terms
     _total_length: int = 0
     _slots: dict[str, int] = field(default_factory=dict)  # doc id -> slot, for every doc
     _slot_ids: list[str | None] = field(default_factory=list)  # slot -> doc id (None: free)
     _free: list[int] = field(default_factory=list)
     _slot_length: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # tokens
-    # term -> (slots, term frequencies) of its postings, dropped when the term's change.
-    _term_arrays: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = field(
-        default_factory=dict
-    )
     # The last ``positions`` scored with, and its slot -> row array (-1: no row). Kept by
     # identity: ``positions`` must not change after it is passed (``stores.turn_index``
     # builds a new mapping per view); any add or remove drops it.
     _rows_of: tuple[Mapping[str, int], npt.NDArray[np.intp]] | None = None
-    # Terms whose postings this index may write to; None: all. The others' are shared with
-    # the index it was grown from (``with_docs``), copied before their first change.
-    _owned: set[str] | None = None
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -81,8 +88,8 @@ class LexicalIndex:
     def with_docs(self, docs: Iterable[tuple[str, Sequence[str]]]) -> LexicalIndex:
         """A new index: this one with ``docs`` (id, tokens) added, this one unchanged.
 
-        Copy on write: the postings of terms the new documents lack are shared, not copied,
-        so growing a 10k-turn index by a turn copies its tables, not its postings."""
+        The postings of terms the new documents lack are shared, not copied, so growing a
+        10k-turn index by a turn copies its tables, not its postings."""
         docs = list(docs)
         if not docs:
             return self
@@ -96,32 +103,31 @@ class LexicalIndex:
             _slot_ids=list(self._slot_ids),
             _free=list(self._free),
             _slot_length=self._slot_length.copy(),
-            _term_arrays=dict(self._term_arrays),
-            _owned=set(),
         )
-        for doc_id, tokens in docs:
-            grown.add(doc_id, tokens)
+        grown.add_all(docs)
         return grown
 
-    def _postings_to_change(self, term: str) -> dict[str, int]:
-        """``term``'s postings, this index's own (a shared table is copied first)."""
-        docs = self._postings.get(term)
-        if self._owned is not None and term not in self._owned:
-            docs = self._postings[term] = dict(docs or {})
-            self._owned.add(term)
-        elif docs is None:
-            docs = self._postings[term] = {}
-        return docs
-
     def add(self, doc_id: str, tokens: Sequence[str]) -> None:
-        if doc_id in self._slots:
+        self.add_all([(doc_id, tokens)])
+
+    def add_all(self, docs: Iterable[tuple[str, Sequence[str]]]) -> None:
+        """Add (or replace) documents; each term's postings are rewritten once for all."""
+        latest = dict(docs)  # an id given twice: its last tokens
+        for doc_id in latest:
             self.remove(doc_id)
-        counts = Counter(tokens)
-        for term, n in counts.items():
-            self._postings_to_change(term)[doc_id] = n
-            self._term_arrays.pop(term, None)
-        self._terms[doc_id] = tuple(counts)
-        self._total_length += len(tokens)
+        added: dict[str, list[int]] = {}  # term -> slot, tf, slot, tf, ...
+        for doc_id, tokens in latest.items():
+            slot = self._take_slot(doc_id, len(tokens))
+            counts = Counter(tokens)
+            self._terms[doc_id] = tuple(sys.intern(term) for term in counts)
+            for term, n in counts.items():
+                added.setdefault(term, []).extend((slot, n))
+        for term, pairs in added.items():
+            packed = np.array(pairs, dtype=_PAIR).tobytes()
+            self._postings[sys.intern(term)] = self._postings.get(term, b"") + packed
+        self._rows_of = None
+
+    def _take_slot(self, doc_id: str, length: int) -> int:
         slot = self._free.pop() if self._free else len(self._slot_ids)
         if slot == len(self._slot_ids):
             self._slot_ids.append(doc_id)
@@ -132,8 +138,9 @@ class LexicalIndex:
         else:
             self._slot_ids[slot] = doc_id
         self._slots[doc_id] = slot
-        self._slot_length[slot] = len(tokens)
-        self._rows_of = None
+        self._slot_length[slot] = length
+        self._total_length += length
+        return slot
 
     def remove(self, doc_id: str) -> None:
         """Forget one document; an unknown id is ignored."""
@@ -142,10 +149,11 @@ class LexicalIndex:
             return
         self._total_length -= int(self._slot_length[slot])
         for term in self._terms.pop(doc_id):
-            docs = self._postings_to_change(term)
-            docs.pop(doc_id, None)
-            self._term_arrays.pop(term, None)
-            if not docs:
+            pairs = _pairs(self._postings[term])
+            kept = pairs[pairs[:, 0] != slot]
+            if len(kept):
+                self._postings[term] = kept.tobytes()
+            else:
                 del self._postings[term]
         self._slot_ids[slot] = None
         self._slot_length[slot] = 0.0
@@ -154,10 +162,21 @@ class LexicalIndex:
 
     def having(self, terms: Sequence[str]) -> set[str]:
         """Ids of the documents holding every one of ``terms`` (none for no terms)."""
-        postings = sorted((self._postings.get(t, {}) for t in terms), key=len)
-        if not postings:
+        slots = sorted((self._doc_slots(t) for t in terms), key=len)
+        if not slots:
             return set()
-        return {d for d in postings[0] if all(d in p for p in postings[1:])}
+        common = slots[0]
+        for more in slots[1:]:
+            common = np.intersect1d(common, more, assume_unique=True)
+        ids = self._slot_ids
+        return {doc_id for slot in common.tolist() if (doc_id := ids[slot]) is not None}
+
+    def _doc_slots(self, term: str) -> npt.NDArray[np.int32]:
+        packed = self._postings.get(term)
+        return _pairs(packed)[:, 0] if packed else np.zeros(0, dtype=_PAIR)
+
+    def document_frequency(self, term: str) -> int:
+        return len(self._postings.get(term, b"")) // _PAIR_BYTES
 
     def scores(
         self, query: Sequence[str], positions: Mapping[str, int], size: int
@@ -174,30 +193,21 @@ class LexicalIndex:
         avg_length = self._total_length / n_docs or 1.0
         rows_of: npt.NDArray[np.intp] | None = None
         for term in dict.fromkeys(query):
-            docs = self._postings.get(term)
-            if not docs:
+            packed = self._postings.get(term)
+            if not packed:
                 continue
             if rows_of is None:
                 rows_of = self._rows(positions)
-            slots, tf = self._arrays(term, docs)
+            pairs = _pairs(packed)
+            slots, tf = pairs[:, 0], pairs[:, 1]  # tf int32: exact in the float64 sums
             rows = rows_of[slots]
             found = rows >= 0
-            df = len(docs)
+            df = len(slots)
             idf = float(np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)))
             # The loop's expression, operation for operation (same rounding).
             norm = self.k1 * (1.0 - self.b + self.b * self._slot_length[slots] / avg_length)
             out[rows[found]] += (idf * tf * (self.k1 + 1.0) / (tf + norm))[found]
         return out
-
-    def _arrays(
-        self, term: str, docs: dict[str, int]
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        arrays = self._term_arrays.get(term)
-        if arrays is None:
-            slots = np.fromiter((self._slots[d] for d in docs), dtype=np.intp, count=len(docs))
-            tf = np.fromiter(docs.values(), dtype=np.float64, count=len(docs))
-            arrays = self._term_arrays[term] = (slots, tf)
-        return arrays
 
     def _rows(self, positions: Mapping[str, int]) -> npt.NDArray[np.intp]:
         """slot -> the row ``positions`` gives its doc, -1 where none (memoised)."""
@@ -225,7 +235,7 @@ class LexicalIndex:
             tf = counts.get(term, 0)
             if not tf:
                 continue
-            df = len(self._postings.get(term, ()))
+            df = self.document_frequency(term)
             idf = float(np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)))
             total += idf * tf * (self.k1 + 1.0) / (tf + norm)
         return total

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 
 import numpy as np
@@ -54,26 +55,26 @@ def test_speaker_and_date_are_matched_like_words() -> None:
 
 
 def _loop_scores(
-    index: LexicalIndex, query: list[str], positions: dict[str, int], size: int
+    docs: dict[str, list[str]], query: list[str], positions: dict[str, int], size: int
 ) -> list[float]:
-    """The per-posting Python loop ``LexicalIndex.scores`` replaced, as the reference."""
+    """The per-posting Python loop ``LexicalIndex.scores`` replaced, over the documents
+    themselves (the index's contents, as the test holds them), as the reference."""
     out = np.zeros(size, dtype=np.float64)
-    n_docs = len(index)
-    if not n_docs:
+    if not docs:
         return out.tolist()
-    avg = index._total_length / n_docs or 1.0
+    k1, b = LexicalIndex.k1, LexicalIndex.b
+    avg = sum(len(tokens) for tokens in docs.values()) / len(docs) or 1.0
+    counts = {doc_id: Counter(tokens) for doc_id, tokens in docs.items()}
     for term in dict.fromkeys(query):
-        docs = index._postings.get(term)
-        if not docs:
+        df = sum(term in c for c in counts.values())
+        if not df:
             continue
-        df = len(docs)
-        idf = float(np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)))
-        for doc_id, tf in docs.items():
+        idf = float(np.log(1.0 + (len(docs) - df + 0.5) / (df + 0.5)))
+        for doc_id, c in counts.items():
             row = positions.get(doc_id)
-            if row is not None:
-                length = float(index._slot_length[index._slots[doc_id]])
-                norm = index.k1 * (1.0 - index.b + index.b * length / avg)
-                out[row] += idf * tf * (index.k1 + 1.0) / (tf + norm)
+            if term in c and row is not None:
+                norm = k1 * (1.0 - b + b * float(len(docs[doc_id])) / avg)
+                out[row] += idf * c[term] * (k1 + 1.0) / (c[term] + norm)
     return out.tolist()
 
 
@@ -92,20 +93,23 @@ def test_vectorised_scores_are_the_loops_floats_through_edits(
         index.add(doc_id, tokens)
     ids = sorted(docs)
     positions = {d: i for i, d in enumerate(ids)}
+    held = dict(docs)
     assert index.scores(query, positions, len(ids)).tolist() == _loop_scores(
-        index, query, positions, len(ids)
+        held, query, positions, len(ids)
     )
     for doc_id, tokens in edits:  # the same mapping object, the index edited under it
         if tokens:
             index.add(doc_id, tokens)
+            held[doc_id] = tokens
         else:
             index.remove(doc_id)
+            held.pop(doc_id, None)
         got = index.scores(query, positions, len(ids))
-        assert got.tolist() == _loop_scores(index, query, positions, len(ids))
+        assert got.tolist() == _loop_scores(held, query, positions, len(ids))
     # A new mapping (a new turn-index view) is read afresh: a subset, in another order.
     fresh = {d: i for i, d in enumerate(reversed(ids[::2]))}
     assert index.scores(query, fresh, len(fresh)).tolist() == _loop_scores(
-        index, query, fresh, len(fresh)
+        held, query, fresh, len(fresh)
     )
 
 
@@ -135,3 +139,23 @@ def test_with_docs_is_adding_to_a_copy(
     )
     assert held.scores(query, positions, len(ids)).tolist() == before
     assert len(held) == len(docs)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    docs=st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), _doc, max_size=12),
+    removed=st.sets(st.text("abcdefgh", min_size=1, max_size=3), max_size=4),
+    terms=st.lists(st.sampled_from(WORDS), max_size=3),
+)
+def test_having_and_document_frequency_follow_the_documents(
+    docs: dict[str, list[str]], removed: set[str], terms: list[str]
+) -> None:
+    index = LexicalIndex()
+    index.add_all(docs.items())
+    for doc_id in removed:
+        index.remove(doc_id)
+    kept = {d: tokens for d, tokens in docs.items() if d not in removed}
+    expected = {d for d, tokens in kept.items() if all(t in tokens for t in terms)}
+    assert index.having(terms) == (expected if terms else set())
+    for term in WORDS:
+        assert index.document_frequency(term) == sum(term in t for t in kept.values())
