@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from memstream.logs import logging_config
+from memstream.process_exit import exit_within
 from memstream.roles import ALL_ROLES, ROLE_SETS, parse_roles
 from memstream.settings import (
     DEMO_API_KEY,
@@ -97,13 +98,12 @@ def _fail(message: str) -> NoReturn:
 
 
 def _run(settings: Settings, roles: frozenset[Role], job: Job | None = None) -> None:
-    from memstream.runtime import StartupError, exit_within, run_process
+    from memstream.runtime import StartupError, run_process
 
     try:
         code = run_process(settings, roles, job=job)
     except StartupError as exc:
         _fail(str(exc))
-    exit_within(code)
     raise typer.Exit(code)
 
 
@@ -341,7 +341,6 @@ def rebuild(
     MEMSTREAM_RECURRENCE__MIN_SIMILAR) and these flags; run it again to resume.
     """
     from memstream.ops.rebuild import plan_generation, run_rebuild
-    from memstream.runtime import exit_within
 
     settings = _found_stack(_settings())
     encoder = {
@@ -366,9 +365,7 @@ def rebuild(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    code = run_rebuild(settings, generation, switch=switch, console=console)
-    exit_within(code)
-    raise typer.Exit(code)
+    raise typer.Exit(run_rebuild(settings, generation, switch=switch, console=console))
 
 
 @cli.command()
@@ -552,4 +549,10 @@ def export_openapi(
 
 
 def main() -> None:
-    cli()
+    """The ``memstream`` command. Once a command has ended, the process exits with its code
+    within ``process_exit.EXIT_GRACE_S``, whatever thread or destructor would hang the exit."""
+    try:
+        cli()
+    except SystemExit as done:
+        exit_within(0 if done.code is None else done.code if isinstance(done.code, int) else 1)
+        raise

@@ -7,12 +7,10 @@ in one process; with a Qdrant server, ``worker``, ``consolidator`` and ``serve``
 from __future__ import annotations
 
 import asyncio
-import faulthandler
 import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +23,7 @@ from memstream.generations import GenerationFollower, with_active_generation
 from memstream.health import Health, serve_health
 from memstream.logs import logging_config
 from memstream.metrics import Metrics
+from memstream.process_exit import dump_stacks_on_sigquit
 from memstream.roles import Role
 from memstream.rpc.serving import make_server
 from memstream.settings import Settings
@@ -56,38 +55,6 @@ class StartupError(RuntimeError):
 # still 100-500 ms at a time under half load (interleaved A/B at 70 events/s: event ->
 # stored p50 553 -> 79-187 ms); on a quiet machine the two intervals measure the same.
 GIL_SWITCH_INTERVAL_S = 0.0005
-
-
-def dump_stacks_on_sigquit() -> None:
-    """SIGQUIT writes every thread's Python stack to stderr, as a JVM's thread dump does.
-
-    It works when the event loop is blocked or already closed (a drain or an exit that
-    hangs), where the faust worker's own dump (SIGUSR1, its asyncio tasks) cannot run.
-    """
-    faulthandler.register(signal.SIGQUIT, all_threads=True)
-
-
-# How long a process may take to exit once its worker has stopped (consumers committed,
-# producer flushed): past it, a thread or destructor hangs the exit on nothing worth waiting.
-EXIT_GRACE_S = 10.0
-
-
-def exit_within(code: int, grace_s: float = EXIT_GRACE_S) -> None:
-    """Make sure the process ends with ``code`` within ``grace_s`` from now.
-
-    The interpreter's exit joins every non-daemon thread (a client call stuck in a worker
-    thread) and runs destructors; if that hangs, the stacks go to stderr and the process
-    exits with the code its worker stopped with. For a process's ``main`` only.
-    """
-
-    def force() -> None:
-        log.warning("exit took over %g s; forcing it (stacks follow)", grace_s)
-        faulthandler.dump_traceback(all_threads=True)
-        os._exit(code)
-
-    timer = threading.Timer(grace_s, force)
-    timer.daemon = True
-    timer.start()
 
 
 def tune_process_threads() -> None:

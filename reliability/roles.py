@@ -25,8 +25,9 @@ import httpx
 from qdrant_client.http.exceptions import ResponseHandlingException
 
 from memstream.logs import logging_config
+from memstream.process_exit import exit_within
 from memstream.roles import parse_roles
-from memstream.runtime import exit_within, run_process
+from memstream.runtime import run_process
 from memstream.settings import QdrantSettings, Settings
 from memstream.stores.longterm import LongTermStore
 from memstream.wiring import LongTermOpener, open_longterm

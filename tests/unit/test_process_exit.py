@@ -1,5 +1,5 @@
 """A memstream process says where it hangs and never hangs its exit
-(``memstream.runtime.dump_stacks_on_sigquit``, ``exit_within``)."""
+(``memstream.process_exit``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_an_exit_that_a_stuck_thread_would_hang_ends_with_the_workers_code() -> 
     proc = python(
         """
         import threading
-        from memstream.runtime import exit_within
+        from memstream.process_exit import exit_within
 
         def a_client_call_that_never_returns():
             threading.Event().wait()
@@ -44,7 +44,7 @@ def test_an_exit_that_does_not_hang_is_left_alone() -> None:
     proc = python(
         """
         import sys
-        from memstream.runtime import exit_within
+        from memstream.process_exit import exit_within
 
         exit_within(3, grace_s=30)
         sys.exit(0)
@@ -59,7 +59,7 @@ def test_sigquit_writes_every_threads_stack_and_the_process_goes_on() -> None:
     proc = python(
         """
         import threading, time
-        from memstream.runtime import dump_stacks_on_sigquit
+        from memstream.process_exit import dump_stacks_on_sigquit
 
         dump_stacks_on_sigquit()
         def waiting_on_a_reply():
