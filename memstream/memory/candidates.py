@@ -29,7 +29,7 @@ from memstream.memory.names import (
     named_rows,
     untied_statements,
 )
-from memstream.memory.profile import lift_attributes
+from memstream.memory.profile import NO_ATTRIBUTE, lift_attributes
 from memstream.memory.promises import closed_line, fulfilment, open_line
 from memstream.memory.ranking import (
     Candidate,
@@ -117,6 +117,7 @@ def score_candidates(
     short_term_candidates: int = 0,
     mode: ShortTermMode = "flat",
     render: Callable[[ConsolidatedMemory], str] = memory_text,
+    asked: int = NO_ATTRIBUTE,
 ) -> list[Candidate]:
     """Memories and the turns that can make the cut, with fused relevance.
 
@@ -190,7 +191,9 @@ def score_candidates(
     # newer statements by the other name may be its newest state.
     _lift_untied(turn_relevance, turns, rows, untied_statements(keys, query_tokens, turns))
     # A question about a standing attribute reads its newest statements first.
-    turn_relevance = lift_attributes(turn_relevance, turns.attribute[rows], turns.ts[rows])
+    turn_relevance = lift_attributes(
+        turn_relevance, turns.attribute[rows], turns.ts[rows], asked=asked
+    )
     # A memory lists its sources best first for this query: each takes its own place
     # when its sources are read as a ranking of turns.
     relevance_of = _RowValues(turns, rows, turn_relevance)

@@ -70,6 +70,54 @@ EXEMPLARS: dict[str, tuple[str, ...]] = {
         "I'd like updates by WhatsApp message only.",
     ),
 }
+# What a question about each attribute sounds like (our own words, generic): a question
+# rarely shares a word with the statement it is about ("how do we reach them by phone?" /
+# "I've swapped your number for 07515 870389"), so its best turns may hold no statement of
+# the attribute at all; asked by meaning, the attribute's newest statements are lifted.
+QUESTIONS: dict[str, tuple[str, ...]] = {
+    "email": (
+        "What email address do we have for them?",
+        "Where do we send emails to this person?",
+        "Which inbox should the confirmation go to?",
+        "What is the email on their account?",
+        "Do we have an email for the customer?",
+        "What address do we write to by email?",
+    ),
+    "phone": (
+        "What is their phone number?",
+        "Which number do we call or text?",
+        "Do we have a mobile number on file?",
+        "What number can we ring them on?",
+        "What's the contact number for this customer?",
+        "Which phone should the driver call?",
+    ),
+    "address": (
+        "Where do we send their orders?",
+        "What is the shipping address on file?",
+        "Where does this person live?",
+        "Which address should the parcel go to?",
+        "What's their street and postcode?",
+        "Where are deliveries addressed to now?",
+    ),
+    "delivery": (
+        "Where should the driver leave the package?",
+        "Are there any delivery instructions?",
+        "What should the courier do when nobody answers?",
+        "Is there a safe place for parcels?",
+        "How do they want parcels delivered?",
+        "What does the delivery note say?",
+    ),
+    "contact": (
+        "How would they like us to contact them?",
+        "Should we call, text or email them?",
+        "What's their preferred way of getting updates?",
+        "When is it okay to call them?",
+        "Which channel do they want us to use?",
+        "Do they have a contact preference?",
+    ),
+}
+# A question this close to its nearest question exemplar asks about that attribute.
+MIN_QUESTION_COSINE = 0.6
 _SENTENCE_END = re.compile(r"(?<=[.!])\s+")
 _QUESTION_WORDS = frozenset(
     [
@@ -130,21 +178,41 @@ def attributes_of(
     return out
 
 
+def asked_attribute(vector: FloatArray, questions: LabelledRows | None) -> int:
+    """The attribute a question asks about by meaning (an index into ``ATTRIBUTES``):
+    that of its nearest question exemplar, when at least ``MIN_QUESTION_COSINE`` close;
+    else ``NO_ATTRIBUTE``. ``vector``: the question's unit row."""
+    if questions is None or not len(questions.vectors):
+        return NO_ATTRIBUTE
+    cosines = questions.vectors @ np.asarray(vector, np.float32)
+    best = int(cosines.argmax())
+    if float(cosines[best]) < MIN_QUESTION_COSINE:
+        return NO_ATTRIBUTE
+    return ATTRIBUTES.index(questions.labels[best])
+
+
 def lift_attributes(
     relevance: npt.NDArray[np.float64],
     attribute: npt.NDArray[np.int8],
     ts: npt.NDArray[np.float64],
+    asked: int = NO_ATTRIBUTE,
 ) -> npt.NDArray[np.float64]:
     """``relevance`` (of candidate turns) with, for each attribute stated among the best
-    ``SEEDS``, its ``NEWEST`` statements raised to that attribute's best relevance there."""
+    ``SEEDS``, its ``NEWEST`` statements raised to that attribute's best relevance there;
+    and those of the attribute the question asks about (``asked_attribute``) raised to the
+    best relevance of all, whether or not the best turns state it."""
     out = relevance.copy()
     if not len(out) or not (attribute >= 0).any():
         return out
     seeds = np.argsort(-relevance, kind="stable")[:SEEDS]
-    for a in np.unique(attribute[seeds]).tolist():
-        if a < 0:
-            continue
-        best = float(relevance[seeds][attribute[seeds] == a].max())
+    lifts = {
+        a: float(relevance[seeds][attribute[seeds] == a].max())
+        for a in np.unique(attribute[seeds]).tolist()
+        if a >= 0
+    }
+    if asked >= 0:
+        lifts[asked] = float(relevance.max())
+    for a, best in lifts.items():
         stating = np.flatnonzero(attribute == a)
         newest = stating[np.argsort(-ts[stating], kind="stable")[:NEWEST]]
         out[newest] = np.maximum(out[newest], best)

@@ -19,6 +19,7 @@ import numpy as np
 from memstream.memory.candidates import ShortTermMode, TurnRows, score_candidates
 from memstream.memory.clustering import Cluster
 from memstream.memory.excerpts import excerpt, question_terms
+from memstream.memory.profile import NO_ATTRIBUTE
 from memstream.memory.ranking import (
     Candidate,
     RankingParams,
@@ -59,6 +60,8 @@ class Gathered:
     now: datetime | None  # the request's; None: the user's newest event
     top_k: int
     budget_tokens: int
+    # The standing attribute the query asks about by meaning (``memory.profile``).
+    asked: int = NO_ATTRIBUTE
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def rank_gathered(
         short_term_candidates=short_term_candidates,
         mode=mode,
         render=render,
+        asked=g.asked,
     )
     ranked = rank(candidates, g.top_k, exploration_share=params.exploration_share)
     if params.excerpt_over_tokens:

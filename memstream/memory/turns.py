@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from memstream.memory.acts import DESCRIPTIONS
 from memstream.memory.chatter import Prototypes
 from memstream.memory.formulaic import line_key
-from memstream.memory.profile import EXEMPLARS
+from memstream.memory.profile import EXEMPLARS, QUESTIONS
 from memstream.memory.promises import is_promise, reports_done
 from memstream.memory.text import extract_entities, is_remember_request, is_small_talk
 from memstream.memory.vectors import FloatArray, LabelledRows
@@ -24,6 +24,7 @@ class Exemplars:
     chatter: Prototypes
     attributes: LabelledRows  # labels: ``memory.profile.ATTRIBUTES``
     acts: LabelledRows  # labels: the acts of ``memory.acts.DESCRIPTIONS``
+    questions: LabelledRows  # questions about each attribute (``memory.profile.QUESTIONS``)
 
     @classmethod
     def build(cls, encode: Callable[[Sequence[str]], FloatArray]) -> Exemplars:
@@ -31,6 +32,7 @@ class Exemplars:
             Prototypes.build(encode),
             LabelledRows.build(EXEMPLARS, encode),
             LabelledRows.build(DESCRIPTIONS, encode),
+            LabelledRows.build(QUESTIONS, encode),
         )
 
 

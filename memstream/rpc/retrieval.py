@@ -36,6 +36,7 @@ import numpy as np
 from memstream.memory.candidates import KEY_MATCH_RELEVANCE as KEY_MATCH_RELEVANCE
 from memstream.memory.candidates import ShortTermMode as ShortTermMode
 from memstream.memory.clustering import Cluster
+from memstream.memory.profile import NO_ATTRIBUTE, asked_attribute
 from memstream.memory.ranking import RankingParams
 from memstream.memory.render import memory_text
 from memstream.memory.retrieval import Gathered, rank_gathered, turn_query
@@ -313,6 +314,9 @@ class Retriever:
             now=request.now,
             top_k=request.top_k,
             budget_tokens=request.budget_tokens,
+            asked=asked_attribute(vector, self.exemplars.questions)
+            if self.exemplars is not None
+            else NO_ATTRIBUTE,
         )
         return gathered, encoded_at
 

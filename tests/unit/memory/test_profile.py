@@ -10,8 +10,11 @@ import pytest
 
 from memstream.memory.profile import (
     ATTRIBUTES,
+    MIN_QUESTION_COSINE,
     NEWEST,
     NO_ATTRIBUTE,
+    SEEDS,
+    asked_attribute,
     attributes_of,
     lift_attributes,
 )
@@ -94,3 +97,28 @@ def test_nothing_to_lift_without_attributes() -> None:
     none = np.full(2, NO_ATTRIBUTE, np.int8)
     np.testing.assert_array_equal(lift_attributes(relevance, none, np.zeros(2)), relevance)
     assert lift_attributes(np.zeros(0), none[:0], np.zeros(0)).size == 0
+
+
+def test_a_question_is_about_the_attribute_of_its_nearest_question_exemplar() -> None:
+    questions = LabelledRows(np.eye(2, 4, dtype=np.float32), ("phone", "contact"))
+    assert asked_attribute(unit(1, 0.1), questions) == ATTRIBUTES.index("phone")
+    assert asked_attribute(unit(0.2, 1), questions) == CONTACT
+    far = unit(1, 0, 2)  # nearest is phone, but not close enough
+    assert float(far[0]) < MIN_QUESTION_COSINE
+    assert asked_attribute(far, questions) == NO_ATTRIBUTE
+    assert asked_attribute(unit(1), None) == NO_ATTRIBUTE
+
+
+def test_the_attribute_asked_about_lifts_its_statements_though_no_best_turn_states_it() -> None:
+    phone = ATTRIBUTES.index("phone")
+    n = SEEDS + 5
+    relevance = np.linspace(1.0, 0.5, n)
+    relevance[-4:] = [0.01, 0.02, 0.03, 0.04]  # the phone statements: never among the seeds
+    attribute = np.full(n, NO_ATTRIBUTE, np.int8)
+    attribute[-4:] = phone
+    ts = T0.timestamp() + 60.0 * np.arange(n, dtype=np.float64)
+    np.testing.assert_array_equal(lift_attributes(relevance, attribute, ts), relevance)
+    lifted = lift_attributes(relevance, attribute, ts, asked=phone)
+    assert lifted[-NEWEST:].tolist() == [1.0] * NEWEST  # the newest three, to the best's
+    assert lifted[-4] == 0.01  # the oldest stays
+    np.testing.assert_array_equal(lifted[:-4], relevance[:-4])

@@ -104,6 +104,7 @@ def test_turns_close_to_chatter_by_meaning_are_not_salient_built_or_appended() -
         ),
         LabelledRows(np.zeros((0, 8), np.float32), ()),
         LabelledRows(np.zeros((0, 8), np.float32), ()),
+        LabelledRows(np.zeros((0, 8), np.float32), ()),
     )
     shared = lexical(everything)
     plain = UserTurns.build(b"v", everything, shared, 8)
