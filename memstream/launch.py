@@ -334,7 +334,7 @@ class Process:
         """SIGTERM, then SIGKILL after ``timeout_s``; the exit code (None: never started).
 
         Before the SIGKILL, the process writes to its log where it hangs: SIGQUIT, every
-        thread's stack (``runtime.dump_stacks_on_sigquit``); then SIGUSR1, the faust
+        thread's stack (``process_exit.dump_stacks_on_sigquit``); then SIGUSR1, the faust
         worker's asyncio tasks, if its loop still runs.
         """
         if self.proc is None:
