@@ -20,6 +20,7 @@ HEADLINE_ROWS: tuple[str, ...] = (
     "event to retrievable p95 ms",
     "scale-out events/s, 2 processes / 1",
     "retrieval p99 ms (half load, 10k/user)",
+    "retrieval p99 ms (half load, 1k/user)",
     "retrieval server-side p99 ms (10k/user, 1M store)",
     "retrieval p99 ms, admitted, 64 callers (10k/user)",
     "shed answer p99 ms",

@@ -75,6 +75,8 @@ FULL = Params(
     scaleout_rounds=3,
     single_samples=300,
 )
+# Event -> retrievable at half load: a customer's new address read back by the next agent.
+E2R_P95_TARGET_MS = 120.0
 PROBE_SECONDS = 40  # the latency phase lasts about this long, whatever the rate
 
 
@@ -225,6 +227,54 @@ def encoder_deltas(before: Samples, after: Samples) -> dict[str, float]:
     }
 
 
+# The hops of event -> retrievable, told by memstream_event_age_seconds (age since the
+# record reached memstream): (stage, at) in the order an event passes them.
+AGE_POINTS = (("encode", "taken"), ("encode", "done"), ("memorize", "taken"), ("memorize", "done"))
+
+
+def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus' rule: linear within the bucket that holds the q-th observation."""
+    total = buckets[-1][1] if buckets else 0.0
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if upper == float("inf"):
+                return lower
+            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = upper, count
+    return lower
+
+
+def age_deltas(before: Samples, after: Samples) -> dict[str, dict[str, float]]:
+    """Per hop of ``AGE_POINTS``: the events' mean, p50 and p95 age (ms) between two scrapes."""
+    name = "memstream_event_age_seconds"
+    out: dict[str, dict[str, float]] = {}
+    for stage, at in AGE_POINTS:
+        labels = {"stage": stage, "at": at}
+        bounds = sorted(
+            {(float(lab["le"]), lab["le"]) for n, lab, _ in after.rows if n == f"{name}_bucket"}
+        )
+        buckets = [
+            (
+                bound,
+                after.get(f"{name}_bucket", le=le, **labels)
+                - before.get(f"{name}_bucket", le=le, **labels),
+            )
+            for bound, le in bounds
+        ]
+        count = after.get(f"{name}_count", **labels) - before.get(f"{name}_count", **labels)
+        total = after.get(f"{name}_sum", **labels) - before.get(f"{name}_sum", **labels)
+        out[f"{stage} {at}"] = {
+            "n": count,
+            "mean": 1000 * total / count if count else float("nan"),
+            "p50": 1000 * histogram_quantile(buckets, 0.5),
+            "p95": 1000 * histogram_quantile(buckets, 0.95),
+        }
+    return out
+
+
 def stage_deltas(before: Samples, after: Samples) -> tuple[dict[str, dict[str, float]], float]:
     """Per stage: wall seconds and calls between two scrapes; and the mean encode batch."""
 
@@ -339,7 +389,8 @@ async def latency_probes(
             await listener
         await pubsub.aclose()
         await redis.config_set("notify-keyspace-events", notify)
-        stages, batch_mean = stage_deltas(before, await asyncio.to_thread(mem.metrics))
+        after = await asyncio.to_thread(mem.metrics)
+        stages, batch_mean = stage_deltas(before, after)
         confirmed = await _confirm(http, random.Random(7).sample(probes, min(20, len(probes))))
     await redis.aclose()
     latencies = [(seen[e] - scheduled[e]) * 1000 for e in seen]
@@ -353,6 +404,7 @@ async def latency_probes(
         "confirmed_by_retrieve": confirmed,
         "stages": stages,
         "encode_batch_mean": batch_mean,
+        "hops": age_deltas(before, after),
     }
 
 
@@ -424,7 +476,6 @@ def _result(ctx: Context, p: Params, m: Measured) -> Result:
             enc_rate,
             f"bare encoder, same texts, calls of {m.encoder['batch']}, {m.encoder['settings']}, "
             "sentences/s",
-            target=">= 0.8",
         ),
         Row(
             "encoder texts per event",
@@ -446,8 +497,9 @@ def _result(ctx: Context, p: Params, m: Measured) -> Result:
             "event to retrievable p95 ms",
             m.latency["ms"]["p95"],
             m.encoder["single_ms"]["p95"],
-            f"bare encoder, one sentence, {m.encoder['single_settings']}",
-            target="<= 10x reference",
+            f"bare encoder, one sentence, {m.encoder['single_settings']}; at "
+            f"{m.latency['rate_per_s']:.0f} events/s, half the measured throughput",
+            target=f"<= {E2R_P95_TARGET_MS:g} ms",
             higher_is_better=False,
         ),
         *scale_rows(m.scale),

@@ -190,9 +190,38 @@ def _latency(m: Measured) -> str:
             f"| {_f(enc['p95'])} "
             f"| {_f(enc['p99'])} |",
             "",
+            *_hops(lat),
             _latency_reading(lat),
         ]
     )
+
+
+# Each hop's share of the way, from memstream_event_age_seconds (age when a stage took an
+# event and when it had handled it; from the record's timestamp, set as the POST published).
+HOP_NAMES = (
+    ("encode taken", "events topic: the hop and the wait for the encoder"),
+    ("encode done", "encoded (and published)"),
+    ("memorize taken", "encoded topic: the hop and the wait for memorize"),
+    ("memorize done", "memorized: retrievable"),
+)
+
+
+def _hops(lat: dict[str, Any]) -> list[str]:
+    hops = lat.get("hops")
+    if not hops:
+        return []
+    lines = [
+        "Where the time goes: each event's age since the POST published it, as the stages "
+        "report it (`memstream_event_age_seconds`, quantiles interpolated in its buckets); "
+        "the POST before it adds its own time (above).",
+        "",
+        "| event's age when … | mean ms | p50 ms | p95 ms |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for key, name in HOP_NAMES:
+        hop = hops[key]
+        lines.append(f"| {name} | {_f(hop['mean'])} | {_f(hop['p50'])} | {_f(hop['p95'])} |")
+    return [*lines, ""]
 
 
 def _latency_reading(lat: dict[str, Any]) -> str:

@@ -55,7 +55,6 @@ NAME = "retrieval_latency"
 TURNS_PER_USER = 500  # the RPC's default short-term candidate cap: the worst case
 P99_TARGET_MS = 20.0  # caller p99 at half load, 10k memories per user (issue 3)
 REFERENCE_FACTOR = 2.0  # ... and at most this times the open-loop reference's (issue 14)
-MEM0_FACTOR = 0.5  # one caller: memstream's p99 at most this times mem0's (issue 14)
 # 64 callers under admission control: admitted p99 at most this times the
 # half-load p99, refusals answered within SHED_P99_MS, goodput at least GOODPUT_SHARE of
 # the best closed-loop throughput.
@@ -289,28 +288,35 @@ def _run(user_raw: dict[str, Any], label: str) -> dict[str, Any]:
 def _rows(plan: Plan, raw: dict[str, Any]) -> list[Row]:
     big = max(plan.users, key=lambda u: plan.users[u])  # 10k/user in full mode
     u = raw["users"][big]
-    half, ref = _run(u, HALF), _run(u, REFERENCE)
     return [
-        Row(
-            "retrieval p99 ms (half load, 10k/user)",
-            half["latency"]["p99"],
-            ref["latency"]["p99"],
-            f"{_reference_name(raw, big)}, the same {u['arrivals']:,} Poisson arrivals at "
-            f"{half['load']:.1f}/s",
-            higher_is_better=False,
-            target=f"<= {REFERENCE_FACTOR:g}x reference and <= {P99_TARGET_MS:.0f} ms",
-        ),
+        # The biggest user first: its row is the one the first issue set a target on.
+        *(_half_load_row(raw, user) for user in sorted(plan.users, key=plan.users.get)[::-1]),
         Row(
             "retrieval server-side p99 ms (10k/user, 1M store)",
             _run(u, "1 caller, cached")["took"]["p99"],
             u["brute_force"]["p99"],
             "flat numpy brute force over the user's vectors, quiet store",
             higher_is_better=False,
-            target="<= 5 ms and <= 3x reference",
         ),
         *_admission_rows(u),
         *_mem0_rows(raw),
     ]
+
+
+def _half_load_row(raw: dict[str, Any], user: str) -> Row:
+    """Open-loop Poisson arrivals at half the saturation, beside the reference's p99."""
+    u = raw["users"][user]
+    half, ref = _run(u, HALF), _run(u, REFERENCE)
+    target = f"<= {REFERENCE_FACTOR:g}x reference"
+    return Row(
+        f"retrieval p99 ms (half load, {user.removeprefix('u-')}/user)",
+        half["latency"]["p99"],
+        ref["latency"]["p99"],
+        f"{_reference_name(raw, user)}, the same {u['arrivals']:,} Poisson arrivals at "
+        f"{half['load']:.1f}/s",
+        higher_is_better=False,
+        target=target + (f" and <= {P99_TARGET_MS:.0f} ms" if user == "u-10k" else ""),
+    )
 
 
 def _admission_rows(u: dict[str, Any]) -> list[Row]:
@@ -363,7 +369,6 @@ def _mem0_rows(raw: dict[str, Any]) -> list[Row]:
             size["search"]["p99"],
             "mem0 2.2.1 `search` in-process, same encoder and vectors, quiet store",
             higher_is_better=False,
-            target=f"<= {MEM0_FACTOR:g}x reference",
         )
         for user, size in m["sizes"].items()
     ]
@@ -579,8 +584,8 @@ def _mem0_lines(raw: dict[str, Any]) -> list[str]:
     lines = [
         *head,
         "| memories | memstream `1 caller` p50 / p99 ms (HTTP) | mem0 `search` p50 / p99 ms "
-        "(in-process) | queries memstream / mem0 | p99 ratio | target |",
-        "| ---: | ---: | ---: | ---: | ---: | --- |",
+        "(in-process) | queries memstream / mem0 | p99 ratio |",
+        "| ---: | ---: | ---: | ---: | ---: |",
     ]
     for user, size in m["sizes"].items():
         one = _run(raw["users"][user], "1 caller")
@@ -588,8 +593,7 @@ def _mem0_lines(raw: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {size['memories']:,} | {_ms(one['latency'], 'p50')} / {_ms(one['latency'])} | "
             f"{_ms(size['search'], 'p50')} / {_ms(size['search'])} | "
-            f"{int(one['latency']['n'])} / {int(size['search']['n'])} | **{ratio:.2f}x** | "
-            f"<= {MEM0_FACTOR:g}x |"
+            f"{int(one['latency']['n'])} / {int(size['search']['n'])} | **{ratio:.2f}x** |"
         )
     loads = ", ".join(f"{s['memories']:,} in {s['load_s']:.1f} s" for s in m["sizes"].values())
     lines += [

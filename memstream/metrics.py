@@ -51,6 +51,7 @@ CONSOLIDATION_CUT_REASONS = ("input", "budget")  # memory.extractive.Cut
 RETRIEVAL_PHASES = ("encode", "fetch", "rank", "total")
 ENCODER_KINDS = ("query", "ingest")  # stores.encoder.EncoderStats' caller kinds
 SHED_REASONS = ("overload", "tenant", "deadline")  # rpc.admission.ShedReason
+EVENT_AGE_POINTS = ("taken", "done")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,15 @@ class Metrics:
             "Time to handle one message or batch, by stage (encode and consolidate: per batch; "
             "memorize: per event; llm: per consolidator call).",
             ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.event_age = Histogram(
+            "memstream_event_age_seconds",
+            "Age of an event (since its record reached memstream) when a stage took it "
+            "(at=taken) and when the stage had handled it (at=done); memorize's done is "
+            "event -> retrievable.",
+            ["stage", "at"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
@@ -391,6 +401,8 @@ class Metrics:
                 self.dlq.labels(stage.name, reason)
         if stage.batched:
             self.batch_size.labels(stage.name)
+            for at in EVENT_AGE_POINTS:
+                self.event_age.labels(stage.name, at)
 
     def _declare_role_series(self, role: str) -> None:
         """The series only one role exports (not per stage), at zero."""
@@ -423,6 +435,7 @@ class Metrics:
 UNITS = {
     "memstream_stage_latency_seconds": "seconds",
     "memstream_retrieval_latency_seconds": "seconds",
+    "memstream_event_age_seconds": "seconds",
     "memstream_batch_size": "messages",
     "memstream_consumer_lag": "messages",
     "memstream_llm_tokens_total": "tokens",

@@ -360,6 +360,15 @@ class Stage:
         if outcome == "ok":
             self.metrics.stage_latency.labels(self.name).observe(time.perf_counter() - started)
 
+    def observe_age(self, items: Sequence[Received[Any]], at: str) -> None:
+        """Each item's age since its record reached memstream (the SRE's freshness: how long
+        a turn waits in the topics and stages before it can be retrieved)."""
+        now = time.time()
+        series = self.metrics.event_age.labels(self.name, at)
+        for item in items:
+            if item.arrived is not None:
+                series.observe(max(0.0, now - item.arrived))
+
     async def handle_batch(
         self,
         model: type[M],
@@ -372,7 +381,9 @@ class Stage:
         items = [item for m in batch if (item := await self.decode(model, m, invalid))]
         if not items:
             return
+        self.observe_age(items, "taken")
         handled = await handle(items)
+        self.observe_age(items, "done")
         self.metrics.events.labels(self.name, "ok").inc(handled)
         self.metrics.batch_size.labels(self.name).observe(len(batch))
         self.metrics.stage_latency.labels(self.name).observe(time.perf_counter() - started)
@@ -455,6 +466,7 @@ class Stage:
             async for taken in batches:
                 started = time.perf_counter()
                 items = [item for m in taken.events if (item := await self.decode(model, m))]
+                self.observe_age(items, "taken")
                 work = asyncio.ensure_future(prepare(items)) if items else None
                 if publishing is not None:
                     # Batch N's publish ends before batch N+1's starts (and is acked first).
@@ -486,6 +498,7 @@ class Stage:
         started: float,
     ) -> None:
         handled = await publish(items, prepared)
+        self.observe_age(items, "done")
         await taken.ack()
         self.metrics.events.labels(self.name, "ok").inc(handled)
         self.metrics.batch_size.labels(self.name).observe(len(taken.events))

@@ -8,7 +8,9 @@ run.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -193,3 +195,32 @@ def test_a_record_two_stages_read_is_validated_once() -> None:
     assert validated(Feedback, raw) is not first
     with pytest.raises(ValueError, match="validation error"):  # never memoised
         validated(Feedback, b'{"tenant_id": "demo"}')
+
+
+async def test_a_batched_stage_reports_each_events_age_when_taken_and_when_done(
+    dlq: FakeTopic, metrics: Metrics
+) -> None:
+    """``memstream_event_age_seconds``: from the record's timestamp (when it reached
+    memstream) to the stage taking it, then to the stage having handled it; a record with
+    no timestamp is not counted."""
+    s = stage(dlq, metrics)
+
+    async def handle(batch: list[Received[Feedback]]) -> int:
+        await asyncio.sleep(0.05)
+        return len(batch)
+
+    sent = time.time() - 0.3
+    stamped = [message(feedback(n)) for n in (1, 2)]
+    for m in stamped:
+        m.message = SimpleNamespace(timestamp=sent)
+    unstamped = message(feedback(3))
+    unstamped.message = SimpleNamespace(timestamp=None)
+    await s.handle_batch(Feedback, handle, [*stamped, unstamped])
+
+    def age(at: str, part: str) -> float:
+        return value(metrics, f"memstream_event_age_seconds_{part}", stage="feedback", at=at)
+
+    assert age("taken", "count") == age("done", "count") == 2
+    assert age("taken", "sum") >= 2 * 0.3
+    assert age("done", "sum") - age("taken", "sum") >= 2 * 0.05  # the handler's time
+    assert value(metrics, "memstream_events_total", stage="feedback", outcome="ok") == 3
