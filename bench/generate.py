@@ -181,6 +181,8 @@ AGENT_GREETINGS = (
 )
 CLOSINGS = ("thanks!", "ok thank you", "great, thanks a lot", "ok", "perfect, bye")
 AGENT_CLOSINGS = ("You're welcome! Have a nice day.", "Happy to help. Anything else?")
+# Turns that carry no fact: retrieval leaves them out of a context by design.
+SMALL_TALK = frozenset(GREETINGS + AGENT_GREETINGS + CLOSINGS + AGENT_CLOSINGS)
 
 
 def _user_facts(rng: random.Random, uid: int) -> dict[str, str]:

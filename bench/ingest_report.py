@@ -179,8 +179,9 @@ def _latency(m: Measured) -> str:
             "runs from each event's scheduled send time until its turn is in Valkey (where "
             "the retrieval RPC reads short-term turns; told by Valkey's keyspace notifications, "
             f"not polled). {lat['arrived']} "
-            f"arrived; a sample asked back through `POST /v1/retrieve` by its own text came "
-            f"back {lat['confirmed_by_retrieve']}.",
+            f"arrived; a sample of those that state something (not greetings or thanks, "
+            "which a context leaves out by design) asked back through `POST /v1/retrieve` by "
+            f"its own text came back {lat['confirmed_by_retrieve']}.",
             "",
             "| | p50 ms | p95 ms | p99 ms |",
             "| --- | ---: | ---: | ---: |",
