@@ -77,7 +77,7 @@ $(MEM0_STAMP): bench/mem0-requirements.txt
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench --quick
 
-## reliability: crashes, outages, poison, bad input, fuzzing, isolation, load, ingest burst (< 15 min): RELIABILITY.md
+## reliability: crashes, outages, poison, bad input, fuzzing, isolation, load and overload, ingest burst (< 15 min): RELIABILITY.md
 reliability: $(STAMP)
 	$(BIN)/python -m reliability --out RELIABILITY.md
 

@@ -14,6 +14,7 @@ refused whole with a 429 and ``Retry-After`` while the pipeline lags past
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,11 +38,13 @@ from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.metrics import Metrics
 from memstream.rpc.feedback import FeedbackSink
-from memstream.rpc.gate import DEADLINE_HEADER, Gate, params_of
+from memstream.rpc.gate import DEADLINE_HEADER, RETRY_AFTER_MS_HEADER, Gate, params_of
 from memstream.rpc.ingest import IngestGuard
 from memstream.rpc.intake import Intake
 from memstream.rpc.retrieval import Retriever
@@ -88,6 +91,9 @@ INGEST_SHED: dict[int | str, dict[str, object]] = {
 NOT_FOUND: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorBody, "description": "no such memory for this tenant and user"}
 }
+
+
+log = logging.getLogger("memstream.rpc")
 
 
 @dataclass
@@ -272,6 +278,10 @@ def create_api(deps: ApiDeps) -> FastAPI:
     gate = Gate(params_of(rpc), metrics) if rpc.admission else None
     metrics.declare_tenants(sorted(set(rpc.api_keys.values()) or {DEMO_TENANT}))
 
+    # A store that does not answer (Valkey down, every pooled connection busy past its
+    # wait) is the service's trouble, not the caller's: a 503 to retry, never a 500.
+    api.add_exception_handler(RedisConnectionError, _store_unavailable)
+    api.add_exception_handler(RedisTimeoutError, _store_unavailable)
     _route_retrieve(api, deps, gate)
     _route_memory_reads(api, deps)
     _route_forget(api, deps)
@@ -279,6 +289,21 @@ def create_api(deps: ApiDeps) -> FastAPI:
     _route_operations(api, deps)
     _declare_series(api, metrics)
     return api
+
+
+STORE_RETRY_AFTER_MS = 1000
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("503 on %s: Redis did not answer: %r", request.url.path, exc)
+    return JSONResponse(
+        {"detail": f"short-term memory (Redis) did not answer: {type(exc).__name__}; retry"},
+        503,
+        headers={
+            "Retry-After": str(STORE_RETRY_AFTER_MS // 1000),
+            RETRY_AFTER_MS_HEADER: str(STORE_RETRY_AFTER_MS),
+        },
+    )
 
 
 # The routes, in the order the OpenAPI document lists them.

@@ -19,7 +19,7 @@ from redis._parsers import _AsyncHiredisParser
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import BlockingConnectionPool, Connection
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -114,11 +114,26 @@ class TimedReadConnection(Connection):
             parser.timeout_s = None
 
 
+# redis-py 8 caps a client's pool at 100 connections and raises MaxConnectionsError past
+# it: overloaded by 256 callers, the RPC's admitted retrievals (several reads at once each)
+# passed it and answered 500. Past the cap a command now waits for a free connection, at
+# most POOL_WAIT_S (then a ConnectionError: an outage, retried or answered 503).
+POOL_MAX_CONNECTIONS = 100
+POOL_WAIT_S = 5.0
+
+
 def async_redis(url: str) -> Redis:
     """An asyncio client; typed as ``Redis`` because the cluster client speaks the same verbs
     for single-slot commands, the only ones memstream sends."""
     if not is_cluster_url(url):
-        return Redis.from_url(url, decode_responses=False, connection_class=TimedReadConnection)
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=POOL_MAX_CONNECTIONS,
+            timeout=POOL_WAIT_S,
+            decode_responses=False,
+            connection_class=TimedReadConnection,
+        )
+        return Redis.from_pool(pool)
     plain, seeds = _seeds(url)
     client = RedisCluster.from_url(
         plain,

@@ -18,7 +18,7 @@ import pytest
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memstream.stores.embedded import EmbeddedRedis
-from memstream.stores.redis_client import TimedReadConnection, async_redis
+from memstream.stores.redis_client import POOL_MAX_CONNECTIONS, TimedReadConnection, async_redis
 
 TIMEOUT_S = 0.3
 
@@ -85,3 +85,17 @@ async def test_pubsub_waits_longer_than_the_read_timeout(own_valkey: EmbeddedRed
         await pubsub.aclose()
         await client.aclose()
         await publisher.aclose()
+
+
+async def test_commands_past_the_pool_cap_wait_for_a_connection(own_valkey: EmbeddedRedis) -> None:
+    """More commands at once than the pool holds connections (an overloaded RPC): the rest
+    wait for a connection rather than fail with redis-py's MaxConnectionsError."""
+    client = async_redis(own_valkey.url)
+    at_once = POOL_MAX_CONNECTIONS + 30
+    try:
+        started = time.monotonic()
+        replies = await asyncio.gather(*(client.blpop([f"empty{i}"], 0.3) for i in range(at_once)))
+        assert replies == [None] * at_once
+        assert time.monotonic() - started >= 0.55  # the last 30 waited for a first one's end
+    finally:
+        await client.aclose()
