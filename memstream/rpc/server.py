@@ -72,12 +72,14 @@ ERRORS: dict[int | str, dict[str, object]] = {
     413: {"model": ErrorBody, "description": "request body too large"},
     415: {"model": ErrorBody, "description": "a body not sent as `application/json`"},
     422: {"model": ErrorBody, "description": "the request does not validate"},
-}
+    503: {"model": ErrorBody, "description": "short-term memory (Redis) did not answer: retry "
+          "after `Retry-After` s (`Retry-After-Ms` ms)"},
+}  # fmt: skip
 SHED: dict[int | str, dict[str, object]] = {
     429: {"model": ErrorBody, "description": "the tenant holds its fair share: retry after "
           "`Retry-After` s (`Retry-After-Ms` ms)"},
-    503: {"model": ErrorBody, "description": "overloaded, refused before any work: retry "
-          "after `Retry-After` s (`Retry-After-Ms` ms)"},
+    503: {"model": ErrorBody, "description": "overloaded, refused before any work (or "
+          "short-term memory did not answer): retry after `Retry-After` s (`Retry-After-Ms` ms)"},
     504: {"model": ErrorBody, "description": f"`{DEADLINE_HEADER}` passed before the work "
           "started; it was not done"},
 }  # fmt: skip

@@ -651,6 +651,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description short-term memory (Redis) did not answer: retry after `Retry-After` s (`Retry-After-Ms` ms) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     retrieve: {
@@ -732,7 +741,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description overloaded, refused before any work: retry after `Retry-After` s (`Retry-After-Ms` ms) */
+            /** @description overloaded, refused before any work (or short-term memory did not answer): retry after `Retry-After` s (`Retry-After-Ms` ms) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -818,6 +827,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description short-term memory (Redis) did not answer: retry after `Retry-After` s (`Retry-After-Ms` ms) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_memories: {
@@ -882,6 +900,15 @@ export interface operations {
             };
             /** @description the request does not validate */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description short-term memory (Redis) did not answer: retry after `Retry-After` s (`Retry-After-Ms` ms) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
