@@ -250,12 +250,13 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
 def age_deltas(before: Samples, after: Samples) -> dict[str, dict[str, float]]:
     """Per hop of ``AGE_POINTS``: the events' mean, p50 and p95 age (ms) between two scrapes."""
     name = "memstream_event_age_seconds"
+    # Every series shares the buckets: (bound, its `le` label as written), read once.
+    bounds = sorted(
+        {(float(lab["le"]), lab["le"]) for n, lab, _ in after.rows if n == f"{name}_bucket"}
+    )
     out: dict[str, dict[str, float]] = {}
     for stage, at in AGE_POINTS:
         labels = {"stage": stage, "at": at}
-        bounds = sorted(
-            {(float(lab["le"]), lab["le"]) for n, lab, _ in after.rows if n == f"{name}_bucket"}
-        )
         buckets = [
             (
                 bound,
