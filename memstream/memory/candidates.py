@@ -37,6 +37,7 @@ from memstream.memory.ranking import (
     asks_for_latest,
     fused_relevance,
     lift_neighbours,
+    lift_replies,
     named_speakers,
     recency_factor,
     recency_factors,
@@ -45,6 +46,7 @@ from memstream.memory.ranking import (
 )
 from memstream.memory.reconcile import MAX_LATEST, newer_conversation, newer_like_sources
 from memstream.memory.render import memory_text
+from memstream.memory.text import ends_in_question
 from memstream.memory.vectors import cosine_to_rows
 from memstream.schemas import ConsolidatedMemory, StoredTurn
 
@@ -294,8 +296,8 @@ def _lift_related(
     mode: ShortTermMode,
     p: RankingParams,
 ) -> npt.NDArray[np.float64]:
-    """The turns' relevance with the cluster-mates (expand mode) and the session neighbours
-    of the best hits lifted."""
+    """The turns' relevance with the cluster-mates (expand mode), the session neighbours
+    of the best hits and the replies to the best questions lifted."""
     if clusters is not None and mode == "expand":
         cluster_of = _clusters_of(clusters, turns)
         turn_relevance = expand_in_clusters(
@@ -313,6 +315,14 @@ def _lift_related(
             share=p.neighbour_share,
             seed_min=p.neighbour_seed_min,
             own_quantile=p.neighbour_own_quantile,
+        )
+    if p.reply_seeds > 0:
+        turn_relevance = lift_replies(
+            turn_relevance,
+            _Replies(turns, rows),
+            seeds=p.reply_seeds,
+            seed_min=p.reply_seed_min,
+            question_share=p.question_share,
         )
     return turn_relevance
 
@@ -457,6 +467,38 @@ class _SessionNeighbours(Sequence[list[int]]):
         return [
             int(self.at[n]) for n in around if self.at[n] >= 0 and docs[n].session_id == session
         ]
+
+
+class _Replies(Sequence[int]):
+    """For each of ``rows`` (in time order), the index into ``rows`` of the turn that
+    answers it when it ends in a question: the next turn of its session, said by another
+    speaker (or role); else -1. Computed on demand, as ``_SessionNeighbours``."""
+
+    def __init__(self, turns: TurnRows, rows: np.ndarray) -> None:
+        self.turns, self.rows = turns, rows
+        self.at = _index_of_rows(rows, len(turns.ids))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        r, docs = int(self.rows[i]), self.turns.docs
+        if r + 1 >= len(docs) or not ends_in_question(docs[r].text):
+            return -1
+        asked, reply = docs[r], docs[r + 1]
+        if reply.session_id != asked.session_id or _who(reply) == _who(asked):
+            return -1
+        return int(self.at[r + 1])
+
+
+def _who(turn: StoredTurn) -> str:
+    return turn.speaker or turn.role
 
 
 class _RowValues(Mapping[str, float]):

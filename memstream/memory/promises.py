@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from memstream.memory.acts import MEANT_ACTS, NO_ACT
 from memstream.memory.phrases import PROMISE_WORDS
-from memstream.memory.text import text_memo, tokenize
+from memstream.memory.text import ends_in_question, text_memo, tokenize
 
 
 def _word_set(words: str) -> frozenset[str]:
@@ -166,10 +166,6 @@ def _bounded(parts: list[T]) -> list[T]:
         return parts
     half = MAX_SENTENCES // 2
     return parts[:half] + parts[-half:]
-
-
-def _is_question(sentence: str) -> bool:
-    return sentence.rstrip().endswith("?")
 
 
 # Words that may stand between an auxiliary and its verb ("I'll also send", "we are now").
@@ -435,7 +431,7 @@ def _clause_promises(words: Sequence[str], agent: bool) -> bool:
 
 
 def _sentence_promises(sentence: str, agent: bool) -> bool:
-    if _is_question(sentence):
+    if ends_in_question(sentence):
         return False
     words = _words(sentence)
     if _CONDITIONS & set(words) or _REPORTED & set(words) or _HABITUAL & set(words):
@@ -781,7 +777,7 @@ def _owned_place(words: Sequence[str]) -> bool:
 
 
 def _sentence_done(sentence: str) -> bool:
-    if _is_question(sentence):
+    if ends_in_question(sentence):
         return False
     # What follows "I was told" or "you promised" is what was said, not what happened; what
     # comes before "like you said" is.
@@ -872,7 +868,7 @@ def _chases(sentence: str) -> bool:
     """A sentence that asks after, waits for or denies something: "still no refund", "did
     the voucher come?", "it never arrived"."""
     words = set(_words(sentence))
-    return _is_question(sentence) or bool(words & (_PENDING | _NEGATORS))
+    return ends_in_question(sentence) or bool(words & (_PENDING | _NEGATORS))
 
 
 # --- acts -----------------------------------------------------------------------------------

@@ -31,6 +31,16 @@ median (a lifted small-talk reply pushed another session's hit out: open-domain 
 with every neighbour lifted, 0.50 so) 0.777 / 0.775 / 0.860, flat within 0.01 for seed
 thresholds 0.90-0.97 and quantiles 0.4-0.6; a day's turns under one ``[8 May 2023]`` heading
 (23.2 turns in 1024 tokens instead of 21.4) 0.777 / 0.777 / 0.867. No category lost.
+
+A context of 256 tokens holds about six turns, and it was filled with questions that
+echo the query ("How did they handle the accident?") while the reply that answers it sat
+at rank 30-40. Each of the ten best hits of relevance >= 0.9 that ends in a question now
+hands its relevance to the next turn of its session by another speaker, and keeps 0.99 of
+its own (``lift_replies``): evidence shown at 256 / 512 / 1024 tokens 0.656 / 0.781 /
+0.864 -> 0.706 / 0.791 / 0.869, answer tokens @256 0.666 -> 0.694, R@10 0.779 -> 0.778;
+flat within 0.01 for 5-20 seeds and seed thresholds 0.8-0.95. Giving the question the
+reply's relevance (share 1.0) cost R@10 0.009; 0.95 cost evidence shown @256 0.03. The
+customer-service benchmark's rows were unchanged.
 """
 
 from __future__ import annotations
@@ -76,6 +86,12 @@ class RankingParams:
     # the place of another session's hit (measured in the module doc).
     neighbour_seed_min: float = 0.95
     neighbour_own_quantile: float = 0.5
+    # Replies: each of the ``reply_seeds`` best hits of relevance >= ``reply_seed_min`` that
+    # asks a question hands its relevance to the turn that answers it, and keeps
+    # ``question_share`` of its own, so the answer comes first (lift_replies).
+    reply_seeds: int = 10
+    reply_seed_min: float = 0.9
+    question_share: float = 0.99
     # Cluster expansion (rpc.short_term_mode=expand, memory.hierarchy.expand_in_clusters).
     expand_seeds: int = 3
     expand_per_seed: int = 2
@@ -139,6 +155,36 @@ def lift_neighbours(
         for j in neighbours[int(seed)]:
             if rel[j] >= floor:
                 out[j] = max(out[j], lifted)
+    return out
+
+
+def lift_replies(
+    relevance: npt.ArrayLike,
+    reply_of: Sequence[int],
+    *,
+    seeds: int,
+    seed_min: float,
+    question_share: float,
+) -> FloatArray:
+    """The ``seeds`` most relevant candidates that ask a question lift its answer.
+
+    ``reply_of[i]``: the index of the turn that answers candidate i (the next turn of its
+    session, said by someone else) when i asks a question, else -1. A question that matches
+    the query names what the query asks about, and its reply holds the answer in other
+    words: the reply takes the question's relevance (its own, if higher) and the question
+    keeps ``question_share`` of its own, just below it. A seed below ``seed_min`` (seeds
+    come best first) lifts nothing. Returns a new array."""
+    rel = np.asarray(relevance, dtype=np.float64)
+    out = rel.copy()
+    for seed in np.argsort(-rel, kind="stable")[: max(seeds, 0)]:
+        i = int(seed)
+        if rel[i] < seed_min:
+            break
+        reply = reply_of[i]
+        if reply < 0:
+            continue
+        out[reply] = max(out[reply], float(rel[i]))
+        out[i] = min(out[i], question_share * float(rel[i]))
     return out
 
 

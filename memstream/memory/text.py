@@ -167,6 +167,15 @@ def _strip_possessive(word: str) -> str:
     return word[:-2] if word.endswith("'s") else word
 
 
+# The question marks of the scripts memstream reads: ASCII, full width (CJK), Arabic, Greek.
+QUESTION_MARKS = ("?", "\uff1f", "\u061f", "\u037e")
+
+
+def ends_in_question(text: str) -> bool:
+    """Whether ``text`` ends by asking something (its last mark is a question mark)."""
+    return text.rstrip().endswith(QUESTION_MARKS)
+
+
 def tokenize(text: str) -> list[str]:
     """Lowercase tokens for lexical scoring and keywords, in text order.
 

@@ -20,8 +20,8 @@ from memstream.schemas import ConsolidatedMemory, Fact, OpenAction, StoredTurn
 
 DIM = 4
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
-# Session neighbours off: one effect at a time.
-PARAMS = RankingParams(neighbour_seeds=0)
+# Session neighbours and replies off: one effect at a time.
+PARAMS = RankingParams(neighbour_seeds=0, reply_seeds=0)
 
 
 def unit(*values: float) -> np.ndarray:
@@ -333,3 +333,55 @@ def test_a_newer_thing_said_nothing_like_the_asked_order_is_not_brought_to_it() 
     assert found["b1"].relevance > found["h1"].relevance  # the product's newer status: lifted
     assert found["g1"].relevance < found["b1"].relevance  # the gift card: left where it was
     assert found["g1"].relevance <= found["h1"].relevance
+
+
+def conversation(*said: tuple[str, str, str, np.ndarray]) -> Rows:
+    """(speaker, session, text, vector) per turn, a minute apart, with unrelated filler
+    turns before them so that the fused relevance has a pool to stand out of."""
+    filler = [
+        ("Sam", "s0", f"the {thing} needed a new coat of paint", unit(0, 0, 0, 1))
+        for thing in ("fence", "shed", "gate", "porch", "garage", "bench", "door", "barn")
+    ]
+    docs = [
+        StoredTurn(
+            event_id=f"e{i}",
+            session_id=session,
+            role="user",
+            speaker=speaker,
+            text=text,
+            ts=T0 + timedelta(minutes=i),
+        )
+        for i, (speaker, session, text, _) in enumerate([*filler, *said])
+    ]
+    vectors = np.stack([v for *_, v in [*filler, *said]]).astype(np.float32)
+    return Rows(docs, vectors)
+
+
+QUERY = "why did Caroline choose the adoption agency"
+ASKED = ("Mel", "s1", "What made you choose that adoption agency?", unit(1, 0))
+REPLY = ("Caroline", "s1", "They help LGBTQ+ folks, and their inclusivity spoke to me.")
+
+
+def test_the_answer_to_a_question_like_the_query_ranks_just_above_the_question() -> None:
+    turns = conversation(ASKED, (*REPLY, unit(0, 0, 1)))
+    replies = RankingParams(neighbour_seeds=0)  # replies on, as by default
+    found = by_id(score(QUERY, unit(1, 0), turns=turns, params=replies))
+    asked, reply = found["e8"], found["e9"]
+    assert asked.relevance >= replies.reply_seed_min  # the question stands out
+    assert reply.relevance > asked.relevance
+    assert asked.relevance == replies.question_share * reply.relevance
+    off = by_id(score(QUERY, unit(1, 0), turns=turns))
+    assert off["e9"].relevance < replies.reply_seed_min < off["e8"].relevance
+
+
+def test_only_another_speakers_next_turn_in_the_session_is_the_answer() -> None:
+    replies = RankingParams(neighbour_seeds=0)
+    own = conversation(ASKED, ("Mel", "s1", REPLY[2], unit(0, 0, 1)))  # Mel goes on
+    later = conversation(ASKED, ("Caroline", "s2", REPLY[2], unit(0, 0, 1)))  # next session
+    statement = ("Mel", "s1", "I chose that adoption agency myself.", unit(1, 0))
+    told = conversation(statement, (*REPLY, unit(0, 0, 1)))  # no question asked
+    for turns in (own, later, told):
+        on = by_id(score(QUERY, unit(1, 0), turns=turns, params=replies))
+        off = by_id(score(QUERY, unit(1, 0), turns=turns))
+        assert on["e9"].relevance == off["e9"].relevance
+        assert on["e8"].relevance == off["e8"].relevance

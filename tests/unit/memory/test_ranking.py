@@ -19,6 +19,7 @@ from memstream.memory.ranking import (
     assemble_context,
     fused_relevance,
     lift_neighbours,
+    lift_replies,
     linear_quantile,
     named_speakers,
     rank,
@@ -191,6 +192,20 @@ def test_only_a_standout_seed_lifts_and_only_neighbours_with_some_relevance() ->
     np.testing.assert_allclose(strict[[3, 5]], [0.6, 0.7])  # a weak seed lifts nothing
     assert strict[2] == out[2]
     assert lift_neighbours(np.array([]), [], seeds=3, share=0.9, own_quantile=0.5).size == 0
+
+
+def test_a_standout_question_hands_its_relevance_to_its_reply() -> None:
+    relevance = np.array([0.97, 0.3, 0.92, 0.5, 0.5, 0.1])
+    reply_of = [1, -1, 3, -1, -1, 4]  # 0 and 2 ask and are answered by 1 and 3; 5 is weak
+    out = lift_replies(relevance, reply_of, seeds=10, seed_min=0.9, question_share=0.99)
+    np.testing.assert_allclose(out, [0.99 * 0.97, 0.97, 0.99 * 0.92, 0.92, 0.5, 0.1])
+    assert relevance[1] == 0.3  # a new array
+    one = lift_replies(relevance, reply_of, seeds=1, seed_min=0.9, question_share=0.99)
+    np.testing.assert_allclose(one[[2, 3]], [0.92, 0.5])  # only the best seed lifts
+    # A reply already more relevant than its question keeps its own relevance.
+    kept = lift_replies(np.array([0.95, 0.99]), [1, -1], seeds=2, seed_min=0.9, question_share=1)
+    np.testing.assert_allclose(kept, [0.95, 0.99])
+    assert lift_replies(np.array([]), [], seeds=3, seed_min=0.9, question_share=0.99).size == 0
 
 
 def test_context_is_layered_memories_then_turns_newest_first() -> None:
