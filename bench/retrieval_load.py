@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,16 +38,29 @@ import psutil  # type: ignore[import-untyped]  # no stubs in the venv
 
 from bench.retrieval_data import summary
 from bench.services import Memstream, Samples, busy_since
+from memstream.client import MAX_RETRY_AFTER_S, retry_delay
 from memstream.settings import DEMO_API_KEY
 
 HISTOGRAM = "memstream_retrieval_latency_seconds"
 PHASES = ("encode", "fetch", "rank", "total")
 MAX_IN_FLIGHT = 2000  # an open loop past saturation queues; this bounds how far
 SHED_STATUSES = (429, 503)  # the admission control's refusals
-MAX_RETRY_AFTER_S = 5.0  # memstream.client's cap on a server's hint
 # Under uvicorn's 5 s: aiohttp does not resend a POST on a kept-alive connection the server
 # closed meanwhile, so one is dropped before the server would drop it.
 KEEPALIVE_S = 4.0
+
+
+def load_session(url: str, headers: Mapping[str, str] | None = None) -> aiohttp.ClientSession:
+    """The load drivers' HTTP client (this benchmark's and ``make reliability``'s): one
+    session for every caller, unbounded kept-alive connections, no cookies. One ``httpx``
+    client per caller cost the driver seconds of CPU, taken from the server it measures."""
+    return aiohttp.ClientSession(
+        url,
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(total=30),
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
 
 
 class RetrievalServer(Memstream):
@@ -113,13 +126,7 @@ class Driver:
         self.rng = random.Random(user)  # the jitter of refused callers' waits
 
     async def __aenter__(self) -> Driver:
-        self.client = aiohttp.ClientSession(
-            self.server.url,
-            headers={"Authorization": f"Bearer {DEMO_API_KEY}"},
-            timeout=aiohttp.ClientTimeout(total=30),
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
+        self.client = load_session(self.server.url, {"Authorization": f"Bearer {DEMO_API_KEY}"})
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -136,8 +143,7 @@ class Driver:
             if status in SHED_STATUSES:
                 run.shed_ms.append((time.perf_counter() - since) * 1000)
                 run.shed_kinds[f"HTTP {status}"] += 1
-                hint_ms = float(response.headers.get("Retry-After-Ms", 1000))
-                return min(hint_ms / 1000, MAX_RETRY_AFTER_S) * (1 + 0.5 * self.rng.random())
+                return retry_delay(0, response.headers, 0.1, MAX_RETRY_AFTER_S, self.rng)
             if status != 200:
                 run.fail(f"HTTP {status}")
                 return 0.0

@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
-import httpx
 
+from bench.retrieval_load import SHED_STATUSES, load_session
 from memstream.client import MAX_RETRY_AFTER_S, retry_delay
 from reliability.core import Context, Row
 from reliability.shared import KEY_OF, service
@@ -37,9 +36,6 @@ _SHED_HINTS = {"retry-after", "retry-after-ms"}
 LOAD_CLIENTS = 50
 OVERLOAD_CLIENTS = (64, 256)
 MAX_REQUESTS = 20_000  # the bound on count, whatever the speed
-# Under uvicorn's 5 s: aiohttp does not resend a POST on a kept-alive connection the server
-# closed meanwhile, so one is dropped before the server would drop it.
-KEEPALIVE_S = 4.0
 QUERIES = (
     "Where is my order?",
     "what about order Q-12345?",
@@ -90,16 +86,9 @@ class Drive:
 async def drive(url: str, clients: int, duration_s: float) -> Drive:
     """``clients`` closed-loop callers for ``duration_s`` (or ``MAX_REQUESTS`` in all).
 
-    One ``aiohttp`` session for all of them (as ``bench/retrieval_load.py`` drives the RPC):
-    an ``httpx`` client per caller cost the driver seconds of CPU to open 256 of them and
-    its pool's bookkeeping per request, taken from the server it measures."""
+    One session for all of them, as the retrieval benchmark drives the RPC (``load_session``)."""
     run = Drive(clients, duration_s)
-    session = aiohttp.ClientSession(
-        url,
-        timeout=aiohttp.ClientTimeout(total=30),
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
+    session = load_session(url)
 
     async def client(seed: int, deadline: float) -> None:
         rng = random.Random(seed)
@@ -116,9 +105,9 @@ async def drive(url: str, clients: int, duration_s: float) -> Drive:
                 run.errors.append(repr(exc)[:120])
                 continue
             took_ms = (time.perf_counter() - started) * 1000
-            if answer.status in (429, 503) and any(h in answer.headers for h in _SHED_HINTS):
+            if answer.status in SHED_STATUSES and any(h in answer.headers for h in _SHED_HINTS):
                 run.shed_ms.append(took_ms)
-                await asyncio.sleep(_retry_after_s(answer.headers, rng))
+                await asyncio.sleep(retry_delay(0, answer.headers, 0.1, MAX_RETRY_AFTER_S, rng))
                 continue
             run.answered_ms.append(took_ms)
             if answer.status != 200:
@@ -130,11 +119,6 @@ async def drive(url: str, clients: int, duration_s: float) -> Drive:
         await asyncio.gather(*(client(i, deadline) for i in range(clients)))
         run.took_s = time.monotonic() - began
     return run
-
-
-def _retry_after_s(headers: Mapping[str, str], rng: random.Random) -> float:
-    """The server's hint, capped and jittered as ``memstream.client.retry_delay`` does."""
-    return retry_delay(0, httpx.Response(503, headers=dict(headers)), 0.1, MAX_RETRY_AFTER_S, rng)
 
 
 async def run(ctx: Context) -> list[Row]:

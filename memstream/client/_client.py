@@ -21,7 +21,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -164,24 +164,25 @@ def _segment(value: str) -> str:
 
 def retry_delay(
     attempt: int,
-    response: httpx.Response | None,
+    headers: Mapping[str, str] | None,
     backoff_s: float,
     cap_s: float,
     rng: random.Random,
 ) -> float:
-    """Seconds to wait before attempt ``attempt + 1``: the server's hint when it gave one
-    (``Retry-After-Ms``, else ``Retry-After`` in seconds; capped at ``cap_s``), else
+    """Seconds to wait before attempt ``attempt + 1``: the server's hint when its answer's
+    ``headers`` (case-insensitive, as httpx's and aiohttp's are; None: no answer came) gave
+    one (``Retry-After-Ms``, else ``Retry-After`` in seconds; capped at ``cap_s``), else
     ``backoff_s * 2**attempt``; then up to half of it again at random (never less than
     the hint: honouring it is the point)."""
     base: float = backoff_s * 2.0**attempt
-    if response is not None:
-        hint = _retry_after_s(response.headers)
+    if headers is not None:
+        hint = _retry_after_s(headers)
         if hint is not None:
             base = min(hint, cap_s)
     return base * (1.0 + 0.5 * rng.random())
 
 
-def _retry_after_s(headers: httpx.Headers) -> float | None:
+def _retry_after_s(headers: Mapping[str, str]) -> float | None:
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is not None:
@@ -278,7 +279,8 @@ class MemoryClient:
         raise AssertionError("unreachable")
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
-        return retry_delay(attempt, response, self.backoff_s, self.max_retry_after_s, self._rng)
+        headers = None if response is None else response.headers
+        return retry_delay(attempt, headers, self.backoff_s, self.max_retry_after_s, self._rng)
 
     def close(self) -> None:
         self._http.close()
@@ -379,7 +381,8 @@ class AsyncMemoryClient:
         raise AssertionError("unreachable")
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
-        return retry_delay(attempt, response, self.backoff_s, self.max_retry_after_s, self._rng)
+        headers = None if response is None else response.headers
+        return retry_delay(attempt, headers, self.backoff_s, self.max_retry_after_s, self._rng)
 
     async def close(self) -> None:
         await self._http.aclose()

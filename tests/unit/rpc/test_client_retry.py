@@ -6,6 +6,7 @@ import random
 
 import httpx
 import pytest
+from multidict import CIMultiDict
 
 from memstream.client import MemoryClient, MemstreamError, retry_delay
 
@@ -32,8 +33,14 @@ def test_the_delay_honours_the_hint_within_the_cap(
 ) -> None:
     rng = random.Random(7)
     for _ in range(50):
-        delay = retry_delay(2, response(503, **headers), 0.1, 5.0, rng)
+        delay = retry_delay(2, response(503, **headers).headers, 0.1, 5.0, rng)
         assert low <= delay <= high
+
+
+def test_the_hint_is_read_from_any_case_insensitive_headers() -> None:
+    rng = random.Random(7)
+    aiohttp_headers = CIMultiDict({"Retry-After-Ms": "250"})  # what aiohttp's answers carry
+    assert 0.25 <= retry_delay(0, aiohttp_headers, 0.1, 5.0, rng) <= 0.375
 
 
 def test_a_transport_failure_backs_off_exponentially() -> None:
