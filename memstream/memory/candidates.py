@@ -48,6 +48,7 @@ from memstream.memory.reconcile import MAX_LATEST, newer_conversation, newer_lik
 from memstream.memory.render import memory_text
 from memstream.memory.text import ends_in_question
 from memstream.memory.vectors import cosine_to_rows
+from memstream.memory.when import asked_period
 from memstream.schemas import ConsolidatedMemory, StoredTurn
 
 KEY_MATCH_RELEVANCE = 1.0  # an exact order number / email in the query is as good as it gets
@@ -175,11 +176,16 @@ def score_candidates(
     )
     latest = asks_for_latest(query)
     now = now or _newest_event(turns, memory_ts)
+    # A query that names a day, a month or a year asks about what happened then.
+    period = asked_period(query)
 
     def boost(ts: datetime) -> float:
-        if not latest or now is None:
-            return 1.0
-        return recency_factor(ts, now, p.recency_half_life_days)
+        factor = 1.0
+        if latest and now is not None:
+            factor = recency_factor(ts, now, p.recency_half_life_days)
+        if period is not None and not period.contains(ts):
+            factor *= p.outside_period_share
+        return factor
 
     turn_relevance = _lift_related(
         relevance[len(memory_list) :].copy(), turns, rows, clusters, mode, p
@@ -222,8 +228,11 @@ def score_candidates(
     turn_boost = (
         recency_factors(turns.ts[rows], now.timestamp(), p.recency_half_life_days)
         if latest and now is not None
-        else 1.0
+        else np.ones(len(rows))
     )
+    if period is not None:
+        inside = period.contains_epochs(turns.ts[rows])
+        turn_boost = np.where(inside, turn_boost, turn_boost * p.outside_period_share)
     order = _turns_kept(turns, rows, turn_relevance * turn_boost, memory_list, keyed_rows, top_k)
     out.extend(_turn_candidates(turns, rows, order, turn_relevance, boost, p.strength_span))
     return out

@@ -34,7 +34,13 @@ and ER@512 (0.779 -> 0.771) on LoCoMo-dev and raised no answer-token figure.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import MAXYEAR, MINYEAR, date, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+
+from memstream.memory.text import extract_entities
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -176,3 +182,72 @@ def _month(day: date, step: int) -> str | None:
 
 def _year(year: int) -> str | None:
     return str(year) if MINYEAR <= year <= MAXYEAR else None
+
+
+@dataclass(frozen=True)
+class Period:
+    """A stretch of event time a query names: a day, a month (of a year, or of any year when
+    none is said) or a year. Compared in UTC, as event times are stored."""
+
+    year: int | None
+    month: int | None = None
+    day: int | None = None
+
+    def contains(self, ts: datetime) -> bool:
+        return (
+            (self.year is None or ts.year == self.year)
+            and (self.month is None or ts.month == self.month)
+            and (self.day is None or ts.day == self.day)
+        )
+
+    def contains_epochs(self, epochs: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+        """``contains`` for each of ``epochs`` (seconds since 1970, UTC), vectorised."""
+        days = epochs.astype("datetime64[s]").astype("datetime64[D]")
+        months = days.astype("datetime64[M]")
+        years = months.astype("datetime64[Y]")
+        inside = np.ones(epochs.shape, dtype=bool)
+        if self.year is not None:
+            inside &= years.astype(np.int64) + 1970 == self.year
+        if self.month is not None:
+            inside &= months.astype(np.int64) % 12 + 1 == self.month
+        if self.day is not None:
+            inside &= (days - months).astype(np.int64) + 1 == self.day
+        return inside
+
+
+_MONTH_WORD = (
+    r"(?P<month>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
+# A month with its year ("July 2023", "in Oct, 2023"), or after "in" / "during" alone ("in
+# June": any June); a year after "in" / "during" ("in 2023"); Chinese "2023年10月". Each
+# alternative starts at a word boundary with a literal: linear on any input.
+_PERIOD = re.compile(
+    r"\b(?:(?P<prep>in|during)\s++)?" + _MONTH_WORD + r"(?:,?\s++(?P<year>\d{4}))?(?![\w-])"
+    r"|\b(?:in|during)\s++(?P<only>\d{4})\b"
+    r"|(?<!\d)(?P<zy>\d{4})\s*+年\s*+(?P<zm>\d{1,2})\s*+月",
+    re.IGNORECASE | re.ASCII,
+)
+
+
+def asked_period(query: str) -> Period | None:
+    """The day, month or year a query asks about, when it names one ("on October 13, 2023",
+    "in July 2023", "in June", "in 2023"); the first named wins. None: it names none."""
+    for key in extract_entities(query):  # a whole date, in any form memstream reads
+        if key.startswith("date:"):
+            day = date.fromisoformat(key.removeprefix("date:"))
+            return Period(day.year, day.month, day.day)
+    for m in _PERIOD.finditer(query):
+        if m["month"] and m["year"]:
+            return Period(int(m["year"]), _month_of(m["month"]))
+        if m["month"] and m["prep"]:
+            return Period(None, _month_of(m["month"]))
+        if m["only"]:
+            return Period(int(m["only"]))
+        if m["zm"] and 1 <= int(m["zm"]) <= 12:
+            return Period(int(m["zy"]), int(m["zm"]))
+    return None  # a month word alone ("I may") names no time
+
+
+def _month_of(word: str) -> int:
+    return [name.lower() for name in _MONTHS].index(word[:3].lower()) + 1

@@ -385,3 +385,17 @@ def test_only_another_speakers_next_turn_in_the_session_is_the_answer() -> None:
         off = by_id(score(QUERY, unit(1, 0), turns=turns))
         assert on["e9"].relevance == off["e9"].relevance
         assert on["e8"].relevance == off["e8"].relevance
+
+
+def test_a_query_naming_a_month_reads_what_happened_in_it_first() -> None:
+    painted = rows(
+        ("e1", "we painted a lake at sunrise together", 0, unit(1, 0), []),  # 8 May
+        ("e2", "we painted a sunset with a palm tree", 60, unit(1, 0), []),  # 7 Jul
+        ("e3", "hiking in the mountains", 90, unit(0, 1), []),
+    )
+    anytime = by_id(score("what did we paint", unit(1, 0), turns=painted))
+    assert anytime["e1"].score == anytime["e2"].score  # alike in words and in meaning
+    july = by_id(score("what did we paint in July 2023", unit(1, 0), turns=painted))
+    assert july["e2"].score > july["e1"].score
+    assert july["e1"].boost == PARAMS.outside_period_share
+    assert july["e2"].boost == 1.0

@@ -5,13 +5,22 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import adversarial_inputs as adversarial
 from memstream.memory.ranking import split_turn_text, turn_line, turn_text
-from memstream.memory.when import _PHRASE, _SHOWN, _annotated, annotate_times
+from memstream.memory.when import (
+    _PERIOD,
+    _PHRASE,
+    _SHOWN,
+    Period,
+    _annotated,
+    annotate_times,
+    asked_period,
+)
 from memstream.schemas import StoredTurn
 from memstream.schemas.common import MAX_TEXT_CHARS
 
@@ -208,7 +217,9 @@ def _fastest_of_three(call: object) -> float:
     return best
 
 
-@pytest.mark.parametrize("pattern", [_PHRASE, _SHOWN], ids=["_PHRASE", "_SHOWN"])
+@pytest.mark.parametrize(
+    "pattern", [_PHRASE, _SHOWN, _PERIOD], ids=["_PHRASE", "_SHOWN", "_PERIOD"]
+)
 def test_patterns_are_linear(pattern: object) -> None:
     import re
 
@@ -226,3 +237,52 @@ def test_annotate_times_is_linear() -> None:
     for text in texts:
         seconds = _fastest_of_three(lambda t=text: annotate_times(t, MONDAY))
         assert seconds <= CALL_BUDGET_S, f"{seconds:.3f} s on {text[:40]!r}"
+
+
+def test_asked_period_is_linear() -> None:
+    texts = [
+        *adversarial.adversarial_texts(MAX_TEXT_CHARS),
+        *adversarial.pattern_texts(_PERIOD, MAX_TEXT_CHARS),
+    ]
+    for text in texts:
+        seconds = _fastest_of_three(lambda t=text: asked_period(t))
+        assert seconds <= CALL_BUDGET_S, f"{seconds:.3f} s on {text[:40]!r}"
+
+
+@pytest.mark.parametrize(
+    ("query", "period"),
+    [
+        ("What did she show me on October 13, 2023?", Period(2023, 10, 13)),
+        ("what did he find on 1 February, 2023", Period(2023, 2, 1)),
+        ("any news from 2024-03-05?", Period(2024, 3, 5)),
+        ("what did we paint in July 2023", Period(2023, 7)),
+        ("the setback she faced in Oct, 2023", Period(2023, 10)),
+        ("When did Melanie go camping in June?", Period(None, 6)),
+        ("what happened during sept", Period(None, 9)),
+        ("How many times did she go to the beach in 2023?", Period(2023)),
+        ("我2023年10月下的订单到了吗", Period(2023, 10)),
+        ("Where is my order?", None),
+        ("I may call again in mayhem", None),  # a month word alone names no time
+        ("order 2023 of 4000 units", None),  # a number is no year without "in"
+    ],
+)
+def test_a_query_names_the_period_it_asks_about(query: str, period: Period | None) -> None:
+    assert asked_period(query) == period
+
+
+@given(st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2100, 1, 1)))
+@settings(max_examples=300, deadline=None)
+def test_a_period_holds_the_same_times_one_by_one_and_at_once(moment: datetime) -> None:
+    ts = moment.replace(tzinfo=UTC)
+    epochs = np.array([ts.timestamp()])
+    for period in (
+        Period(ts.year, ts.month, ts.day),
+        Period(ts.year, ts.month),
+        Period(None, ts.month),
+        Period(ts.year),
+        Period(ts.year, ts.month % 12 + 1),
+        Period(ts.year + 1),
+        Period(ts.year, ts.month, ts.day % 28 + 1),
+    ):
+        assert bool(period.contains_epochs(epochs)[0]) == period.contains(ts)
+    assert Period(ts.year, ts.month, ts.day).contains(ts)
