@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Literal, Protocol, overload
+from typing import Literal, Protocol, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,8 @@ from memstream.memory.text import ends_in_question
 from memstream.memory.vectors import cosine_to_rows
 from memstream.memory.when import asked_period
 from memstream.schemas import ConsolidatedMemory, StoredTurn
+
+T = TypeVar("T")
 
 KEY_MATCH_RELEVANCE = 1.0  # an exact order number / email in the query is as good as it gets
 # flat: every turn scored; hierarchical: CLAG's shelf then book (the top clusters' top
@@ -451,25 +453,40 @@ def _index_of_rows(rows: np.ndarray, size: int) -> npt.NDArray[np.intp]:
     return at
 
 
-class _SessionNeighbours(Sequence[list[int]]):
-    """For each of ``rows`` (in time order), the indices into ``rows`` of the turns up to
-    ``window`` before and after it in the same session. Computed on demand: the ranking
-    asks for a handful of seeds, and a user may have 10k turns."""
+class _PerCandidate(Sequence[T]):
+    """A value for each of ``rows`` (the candidate turns, in time order), computed on
+    demand (``of``): the ranking asks about a handful of seeds, and a user may have 10k
+    turns. ``at`` maps a turn's row to its index among ``rows`` (-1: not a candidate)."""
 
-    def __init__(self, turns: TurnRows, rows: np.ndarray, window: int) -> None:
-        self.turns, self.rows, self.window = turns, rows, window
+    def __init__(self, turns: TurnRows, rows: np.ndarray) -> None:
+        self.turns, self.rows = turns, rows
         self.at = _index_of_rows(rows, len(turns.ids))
+
+    def of(self, i: int) -> T:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return len(self.rows)
 
     @overload
-    def __getitem__(self, i: int) -> list[int]: ...
+    def __getitem__(self, i: int) -> T: ...
     @overload
-    def __getitem__(self, i: slice) -> list[list[int]]: ...
-    def __getitem__(self, i: int | slice) -> list[int] | list[list[int]]:
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T]:
         if isinstance(i, slice):
-            return [self[j] for j in range(len(self))[i]]
+            return [self.of(j) for j in range(len(self))[i]]
+        return self.of(i)
+
+
+class _SessionNeighbours(_PerCandidate[list[int]]):
+    """The indices into ``rows`` of the turns up to ``window`` before and after each one in
+    the same session."""
+
+    def __init__(self, turns: TurnRows, rows: np.ndarray, window: int) -> None:
+        super().__init__(turns, rows)
+        self.window = window
+
+    def of(self, i: int) -> list[int]:
         r, docs, size = int(self.rows[i]), self.turns.docs, len(self.turns.ids)
         session = docs[r].session_id
         around = [r + d for d in range(-self.window, self.window + 1) if d and 0 <= r + d < size]
@@ -478,25 +495,11 @@ class _SessionNeighbours(Sequence[list[int]]):
         ]
 
 
-class _Replies(Sequence[int]):
-    """For each of ``rows`` (in time order), the index into ``rows`` of the turn that
-    answers it when it ends in a question: the next turn of its session, said by another
-    speaker (or role); else -1. Computed on demand, as ``_SessionNeighbours``."""
+class _Replies(_PerCandidate[int]):
+    """The index into ``rows`` of the turn that answers each one when it ends in a question:
+    the next turn of its session, said by another speaker (or role); else -1."""
 
-    def __init__(self, turns: TurnRows, rows: np.ndarray) -> None:
-        self.turns, self.rows = turns, rows
-        self.at = _index_of_rows(rows, len(turns.ids))
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[int]: ...
-    def __getitem__(self, i: int | slice) -> int | list[int]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(len(self))[i]]
+    def of(self, i: int) -> int:
         r, docs = int(self.rows[i]), self.turns.docs
         if r + 1 >= len(docs) or not ends_in_question(docs[r].text):
             return -1
