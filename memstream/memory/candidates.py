@@ -503,14 +503,10 @@ class _Replies(_PerCandidate[int]):
         r, docs = int(self.rows[i]), self.turns.docs
         if r + 1 >= len(docs) or not ends_in_question(docs[r].text):
             return -1
-        asked, reply = docs[r], docs[r + 1]
-        if reply.session_id != asked.session_id or _who(reply) == _who(asked):
+        speaker = self.turns.speaker_of
+        if docs[r + 1].session_id != docs[r].session_id or speaker[r + 1] == speaker[r]:
             return -1
         return int(self.at[r + 1])
-
-
-def _who(turn: StoredTurn) -> str:
-    return turn.speaker or turn.role
 
 
 class _RowValues(Mapping[str, float]):

@@ -250,4 +250,4 @@ def asked_period(query: str) -> Period | None:
 
 
 def _month_of(word: str) -> int:
-    return [name.lower() for name in _MONTHS].index(word[:3].lower()) + 1
+    return _MONTHS.index(word[:3].title()) + 1

@@ -27,6 +27,15 @@ RETRY_AFTER_MS_HEADER = "Retry-After-Ms"
 STATUS: dict[ShedReason, int] = {"overload": 503, "tenant": 429, "deadline": 504}
 
 
+def retry_headers(wait_ms: float) -> dict[str, str]:
+    """How long a refused caller should wait: ``Retry-After`` in whole seconds (at least 1,
+    as HTTP defines it) and ``Retry-After-Ms`` to the millisecond."""
+    return {
+        "Retry-After": str(max(1, math.ceil(wait_ms / 1000))),
+        RETRY_AFTER_MS_HEADER: str(round(wait_ms)),
+    }
+
+
 def params_of(rpc: RPCSettings) -> AdmissionParams:
     return AdmissionParams(
         initial_limit=rpc.admission_initial_limit,
@@ -111,10 +120,7 @@ class Gate:
                 "it was not done",
             )
         wait_ms = self.admission.retry_after_ms()
-        headers = {
-            "Retry-After": str(max(1, math.ceil(wait_ms / 1000))),
-            RETRY_AFTER_MS_HEADER: str(round(wait_ms)),
-        }
+        headers = retry_headers(wait_ms)
         if reason == "tenant":
             detail = (
                 f"tenant {ticket.tenant!r} holds its fair share of the retrieval capacity; "

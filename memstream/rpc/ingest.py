@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from typing import Protocol
 from fastapi import HTTPException
 
 from memstream.metrics import Metrics
-from memstream.rpc.gate import RETRY_AFTER_MS_HEADER
+from memstream.rpc.gate import retry_headers
 from memstream.settings import RPCSettings
 from memstream.streaming.broker import GroupLag
 
@@ -178,10 +177,7 @@ class IngestGuard:
             f"ingest is behind: {refusal.lag} events accepted and not yet memorized (bound "
             f"{refusal.bound}); none of this request's events were accepted: send them again "
             f"after {wait_ms:.0f} ms",
-            headers={
-                "Retry-After": str(max(1, math.ceil(wait_ms / 1000))),
-                RETRY_AFTER_MS_HEADER: str(round(wait_ms)),
-            },
+            headers=retry_headers(wait_ms),
         )
 
     def accepted(self, events: int) -> None:

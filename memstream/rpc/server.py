@@ -44,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstream.metrics import Metrics
 from memstream.rpc.feedback import FeedbackSink
-from memstream.rpc.gate import DEADLINE_HEADER, RETRY_AFTER_MS_HEADER, Gate, params_of
+from memstream.rpc.gate import DEADLINE_HEADER, Gate, params_of, retry_headers
 from memstream.rpc.ingest import IngestGuard
 from memstream.rpc.intake import Intake
 from memstream.rpc.retrieval import Retriever
@@ -301,10 +301,7 @@ async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(
         {"detail": f"short-term memory (Redis) did not answer: {type(exc).__name__}; retry"},
         503,
-        headers={
-            "Retry-After": str(STORE_RETRY_AFTER_MS // 1000),
-            RETRY_AFTER_MS_HEADER: str(STORE_RETRY_AFTER_MS),
-        },
+        headers=retry_headers(STORE_RETRY_AFTER_MS),
     )
 
 
