@@ -93,7 +93,7 @@ from memstream.stores.longterm import (
     turn_point_id,
     turns_name,
 )
-from memstream.stores.vector_cache import Owner, UserVectors, VectorCache
+from memstream.stores.vector_cache import Owner, UserVectors, VectorCache, point_bytes
 
 if TYPE_CHECKING:
     from qdrant_edge import ConditionType, PointId
@@ -629,9 +629,19 @@ class QdrantEdgeStore(LongTermStore):
         shard = self._open_existing()
         if shard is None or self._dim is None:
             return
+        where = Filter(must=_owner_filter(*owner))
+        # Counted first, from the payload index: a scroll would read every vector and
+        # payload of a user that then proves too small or too big to keep (file pages a
+        # process keeps mapped, for nothing).
+        points = shard.count(CountRequest(exact=True, filter=where))
+        if points < CACHE_MIN_POINTS:
+            self._note_small(owner, points)
+            return
+        if points * point_bytes(self._dim) > self._vectors.max_bytes:
+            self._note_too_big(owner)
+            return
         token = self._vectors.begin(owner)
         entry = UserVectors(self._dim)
-        where = Filter(must=_owner_filter(*owner))
         offset: PointId | None = None
         try:
             while True:
@@ -647,10 +657,8 @@ class QdrantEdgeStore(LongTermStore):
                 if records:
                     vectors = np.asarray([r.vector for r in records], dtype=np.float32)
                     entry.put([str(r.id) for r in records], vectors, _keys(records))
-                if entry.trimmed_nbytes > self._vectors.max_bytes:
-                    self._too_big[owner] = None
-                    if len(self._too_big) > TOO_BIG_KEPT:
-                        self._too_big.popitem(last=False)
+                if entry.trimmed_nbytes > self._vectors.max_bytes:  # grown since counted
+                    self._note_too_big(owner)
                     return
                 if offset is None:
                     break
@@ -660,14 +668,23 @@ class QdrantEdgeStore(LongTermStore):
         except Exception:  # a failed load only means Edge keeps answering alone
             log.exception("loading the search cache of %s/%s failed", *owner)
         else:
-            if len(entry.ids) < CACHE_MIN_POINTS:
-                self._small[owner] = len(entry.ids)
-                if len(self._small) > TOO_BIG_KEPT:
-                    self._small.popitem(last=False)
+            if len(entry.ids) < CACHE_MIN_POINTS:  # deleted from since counted
+                self._note_small(owner, len(entry.ids))
             else:
                 self._vectors.store(owner, entry, token)
         finally:
             self._vectors.abandon(owner)
+
+    def _note_small(self, owner: Owner, points: int) -> None:
+        """Left to Edge until ``CACHE_MIN_POINTS`` (``_wrote`` counts on from ``points``)."""
+        self._small[owner] = points
+        if len(self._small) > TOO_BIG_KEPT:
+            self._small.popitem(last=False)
+
+    def _note_too_big(self, owner: Owner) -> None:
+        self._too_big[owner] = None
+        if len(self._too_big) > TOO_BIG_KEPT:
+            self._too_big.popitem(last=False)
 
     def _wrote(self, shard: EdgeShard, written: Sequence[tuple[str, str, str]]) -> None:
         """Points (tenant, user, id) were upserted: their users' cached vectors become what

@@ -42,6 +42,11 @@ SCORE_MARGIN = 1e-4
 Owner = tuple[str, str]  # (tenant_id, user_id)
 
 
+def point_bytes(dim: int) -> int:
+    """What one cached point of ``dim`` floats costs, its spare capacity given back."""
+    return 4 * dim + POINT_OVERHEAD_BYTES
+
+
 @dataclass
 class UserVectors:
     """One user's memory ids and unit vectors, id ``i`` in column ``i`` (capacity grows by
@@ -72,7 +77,7 @@ class UserVectors:
     @property
     def trimmed_nbytes(self) -> int:
         """What ``nbytes`` will be once ``trim`` gave back the spare capacity."""
-        return len(self.ids) * (4 * self.dim + POINT_OVERHEAD_BYTES)
+        return len(self.ids) * point_bytes(self.dim)
 
     def put(
         self,
