@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from memstream.memory.text import tokenize
+from memstream.memory.text import read_once, tokenize
 
 K1 = 1.2
 B = 0.75
@@ -246,6 +246,13 @@ def term_counts(text: str) -> Counter[str]:
     """``Counter(tokens_of(text))``, memoised: a memory's text is scored query after query.
     Callers must not mutate the result."""
     return Counter(tokens_of(text))
+
+
+def document_tokens(text: str) -> tuple[str, ...]:
+    """``tokens_of`` a document indexed once (a turn's ``lexical_text``), not memoised: a
+    turn index's first load reads thousands, and none of them is asked again."""
+    with read_once():
+        return tuple(tokenize(text))
 
 
 @lru_cache(maxsize=32_768)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import unicodedata
 from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from datetime import date
 from functools import lru_cache, wraps
 from typing import Concatenate, ParamSpec, TypeVar, cast
@@ -28,15 +30,31 @@ TEXT_MEMO = 8_192
 MEMO_MAX_CHARS = 500
 
 
+_reading_once = threading.local()
+
+
+@contextmanager
+def read_once() -> Iterator[None]:
+    """On this thread, texts read inside are not memoised: a bulk read (a user's whole
+    history indexed for the RPC) reads each text once, and kept, thousands of them would
+    only evict the texts memorize and consolidation read again."""
+    before = getattr(_reading_once, "on", False)
+    _reading_once.on = True
+    try:
+        yield
+    finally:
+        _reading_once.on = before
+
+
 def text_memo(fn: Callable[Concatenate[str, P], T]) -> Callable[Concatenate[str, P], T]:
-    """``fn`` memoised on its (hashable) arguments for texts up to ``MEMO_MAX_CHARS``; its
-    signature, defaults included, is kept."""
+    """``fn`` memoised on its (hashable) arguments for texts up to ``MEMO_MAX_CHARS``
+    (outside ``read_once``); its signature, defaults included, is kept."""
     # lru_cache types its arguments as Hashable; these are texts and the callers' constants.
     cached = cast("Callable[Concatenate[str, P], T]", lru_cache(maxsize=TEXT_MEMO)(fn))
 
     @wraps(fn)
     def call(text: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        if len(text) > MEMO_MAX_CHARS:
+        if len(text) > MEMO_MAX_CHARS or getattr(_reading_once, "on", False):
             return fn(text, *args, **kwargs)
         return cached(text, *args, **kwargs)
 

@@ -37,10 +37,11 @@ import numpy.typing as npt
 
 from memstream.memory.acts import acts_meant
 from memstream.memory.chatter import chatter_mask
-from memstream.memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memstream.memory.lexical import LexicalIndex, document_tokens, lexical_text
 from memstream.memory.names import Names, names_of
 from memstream.memory.profile import NO_ATTRIBUTE, attributes_of
 from memstream.memory.ranking import turn_text
+from memstream.memory.text import read_once
 from memstream.memory.turns import (
     Exemplars,
     promises,
@@ -349,7 +350,7 @@ def _order(row: TurnWithVector) -> tuple[float, str]:
 
 def turn_tokens(turn: StoredTurn) -> tuple[str, ...]:
     """What BM25 indexes of a turn: ``speaker (date): text`` (``memory.lexical``)."""
-    return tokens_of(lexical_text(turn.speaker or turn.role, turn.ts, turn.text))
+    return document_tokens(lexical_text(turn.speaker or turn.role, turn.ts, turn.text))
 
 
 def index_turn(lexical: LexicalIndex, turn: StoredTurn) -> None:
@@ -466,18 +467,21 @@ class TurnIndex:
         # on a CPU thread (a first load reads every text: ~1 s for 10k turns). Nothing it
         # reads changes meanwhile: views are never mutated, and ``lexical`` is only stored.
         merged = sorted([*(old.rows() if old is not None else []), *rows], key=_order)
-        return await off_loop(
-            lambda: UserTurns.build(
-                version,
-                merged,
-                lexical,
-                self.dim,
-                expected=expected,
-                archive_seen=seen,
-                known=old,
-                exemplars=self.exemplars,
-            )
-        )
+
+        def build() -> UserTurns:
+            with read_once():
+                return UserTurns.build(
+                    version,
+                    merged,
+                    lexical,
+                    self.dim,
+                    expected=expected,
+                    archive_seen=seen,
+                    known=old,
+                    exemplars=self.exemplars,
+                )
+
+        return await off_loop(build)
 
     async def _read_hot(
         self,

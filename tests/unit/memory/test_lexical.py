@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.baselines import BM25
-from memstream.memory.lexical import LexicalIndex, lexical_text, tokens_of
+from memstream.memory.lexical import LexicalIndex, document_tokens, lexical_text, tokens_of
 
 WORDS = ["parcel", "refund", "order", "a-10293", "late", "caroline", "paint", "lake", "退款"]
 _doc = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8)
@@ -159,3 +159,11 @@ def test_having_and_document_frequency_follow_the_documents(
     assert index.having(terms) == (expected if terms else set())
     for term in WORDS:
         assert index.document_frequency(term) == sum(term in t for t in kept.values())
+
+
+def test_a_document_is_tokenised_as_a_query_is_without_filling_the_memo() -> None:
+    text = lexical_text("Caroline", datetime(2023, 5, 8, tzinfo=UTC), "Order A-10293 to Köln")
+    kept = tokens_of.cache_info().currsize
+    tokens = document_tokens(text)
+    assert tokens_of.cache_info().currsize == kept  # read once: nothing kept
+    assert tokens == tokens_of(text) == ("caroline", "8", "may", "2023", "order", "a-10293", "köln")
