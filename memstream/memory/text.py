@@ -30,7 +30,11 @@ TEXT_MEMO = 8_192
 MEMO_MAX_CHARS = 500
 
 
-_reading_once = threading.local()
+class _ReadingOnce(threading.local):
+    on = False  # a class default: reading it never raises (a plain local would, per call)
+
+
+_reading_once = _ReadingOnce()
 
 
 @contextmanager
@@ -38,7 +42,7 @@ def read_once() -> Iterator[None]:
     """On this thread, texts read inside are not memoised: a bulk read (a user's whole
     history indexed for the RPC) reads each text once, and kept, thousands of them would
     only evict the texts memorize and consolidation read again."""
-    before = getattr(_reading_once, "on", False)
+    before = _reading_once.on
     _reading_once.on = True
     try:
         yield
@@ -54,7 +58,7 @@ def text_memo(fn: Callable[Concatenate[str, P], T]) -> Callable[Concatenate[str,
 
     @wraps(fn)
     def call(text: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        if len(text) > MEMO_MAX_CHARS or getattr(_reading_once, "on", False):
+        if len(text) > MEMO_MAX_CHARS or _reading_once.on:
             return fn(text, *args, **kwargs)
         return cached(text, *args, **kwargs)
 
