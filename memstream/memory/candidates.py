@@ -47,7 +47,7 @@ from memstream.memory.ranking import (
 from memstream.memory.reconcile import MAX_LATEST, newer_conversation, newer_like_sources
 from memstream.memory.render import memory_text
 from memstream.memory.text import ends_in_question
-from memstream.memory.vectors import StoredRows, cosine_to_rows, rows_of
+from memstream.memory.vectors import cosine_to_rows
 from memstream.memory.when import asked_period
 from memstream.schemas import ConsolidatedMemory, StoredTurn
 
@@ -77,7 +77,7 @@ class TurnRows(Protocol):
     @property
     def ts(self) -> npt.NDArray[np.float64]: ...  # epoch seconds
     @property
-    def vectors(self) -> StoredRows: ...  # (n, dim), unit rows
+    def vectors(self) -> npt.NDArray[np.float32]: ...  # (n, dim), unit rows
     @property
     def lexical(self) -> LexicalIndex: ...  # BM25 postings of the rows' texts
     @property
@@ -372,9 +372,7 @@ def _lift_untied(
         return
     said = np.asarray(untied.asked, dtype=np.intp)
     newer_rows = np.asarray(untied.newer, dtype=np.intp)
-    like = (rows_of(turns.vectors, newer_rows) @ rows_of(turns.vectors, said).T).max(
-        axis=1
-    ) >= UNTIED_LIKE_COSINE
+    like = (turns.vectors[newer_rows] @ turns.vectors[said].T).max(axis=1) >= UNTIED_LIKE_COSINE
     at = _index_of_rows(rows, len(turns.ids))
     asked = at[said]
     asked = asked[asked >= 0]

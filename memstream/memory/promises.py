@@ -26,7 +26,6 @@ import numpy.typing as npt
 from memstream.memory.acts import MEANT_ACTS, NO_ACT
 from memstream.memory.phrases import PROMISE_WORDS
 from memstream.memory.text import ends_in_question, text_memo, tokenize
-from memstream.memory.vectors import StoredRows, rows_of
 
 
 def _word_set(words: str) -> frozenset[str]:
@@ -1229,7 +1228,7 @@ def _promise_between(
 def fulfilment(
     promise: int,
     later: Sequence[int],
-    vectors: StoredRows,
+    vectors: npt.NDArray[np.float32],
     done: npt.NDArray[np.bool_],
     texts: Sequence[str],
     *,
@@ -1256,7 +1255,7 @@ def fulfilment(
     if not later:
         return None
     rows = np.asarray(later, dtype=np.intp)
-    cosines = rows_of(vectors, rows) @ rows_of(vectors, [promise])[0]
+    cosines = vectors[rows] @ vectors[promise]
     floor = min(min_cosine, min_cosine_with_evidence, min_cosine_referred, min_cosine_same_act)
     acts = _promise_acts(texts[promise])
     best: int | None = None

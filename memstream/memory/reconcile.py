@@ -22,7 +22,6 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memstream.memory.vectors import StoredRows, rows_of
 from memstream.schemas import StoredTurn
 
 MAX_LATEST = 6  # newer rows a memory brings in: one session rarely says more
@@ -62,7 +61,7 @@ def newer_like_sources(
     sources: Sequence[int],
     since: datetime,
     turns: KeyedTurns,
-    vectors: StoredRows,
+    vectors: npt.NDArray[np.float32],
     min_cosine: float = LIKE_COSINE,
 ) -> list[int]:
     """Rows, newest first, stamped after ``since`` that say something about what the memory's
@@ -76,7 +75,7 @@ def newer_like_sources(
     later = np.arange(start, size)[turns.salient[start:]]
     if not later.size:
         return []
-    like = (rows_of(vectors, later) @ rows_of(vectors, sources).T).max(axis=1) >= min_cosine
+    like = (vectors[later] @ vectors[np.asarray(sources)].T).max(axis=1) >= min_cosine
     return [int(r) for r in later[like][::-1][:MAX_LATEST]]
 
 

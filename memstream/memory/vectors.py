@@ -9,15 +9,6 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float32]
-# Unit rows as a store keeps them: float32, or float16 where many are held (half the
-# bytes, and the values the stores round to anyway). Computed on through ``rows_of``.
-StoredRows = npt.NDArray[np.float16] | npt.NDArray[np.float32]
-
-
-def rows_of(matrix: StoredRows, rows: npt.ArrayLike) -> FloatArray:
-    """``matrix[rows]`` as float32: products of stored float16 rows stay float32 sums
-    (numpy multiplies two float16 arrays in float16)."""
-    return np.asarray(matrix[np.asarray(rows, dtype=np.intp)], dtype=np.float32)
 
 
 def normalize(v: npt.ArrayLike) -> FloatArray:

@@ -73,8 +73,7 @@ class UserTurns:
     ids: list[str]
     docs: list[StoredTurn]
     ts: npt.NDArray[np.float64]
-    # (n, dim) as stored: float16, half the bytes of a turn held (``memory.vectors.rows_of``)
-    vectors: npt.NDArray[np.float16]
+    vectors: npt.NDArray[np.float32]  # (n, dim), float16-rounded, as stored
     lexical: LexicalIndex
     positions: dict[str, int] = field(default_factory=dict)
     speakers: list[str] = field(default_factory=list)  # speaker, else role
@@ -126,9 +125,9 @@ class UserTurns:
             for key in turn.entities:
                 by_entity.setdefault(key, []).append(row)
         vectors = (
-            np.stack([r.vector for r in rows]).astype(np.float16)
+            np.stack([r.vector for r in rows]).astype(np.float32)
             if rows
-            else np.zeros((0, dim), dtype=np.float16)
+            else np.zeros((0, dim), dtype=np.float32)
         )
         rendered = [
             known.texts[h] if known is not None and h >= 0 else turn_text(t)
@@ -196,7 +195,7 @@ class UserTurns:
             positions[turn.event_id] = row
             for key in turn.entities:
                 by_entity[key] = [*by_entity.get(key, ()), row]
-        added = np.stack([r.vector for r in rows]).astype(np.float16)
+        added = np.stack([r.vector for r in rows])
         vectors = np.concatenate([self.vectors, added])
         salient = _salient(docs, added, exemplars)
         attribute = _attributes(docs, added, exemplars)
@@ -205,7 +204,7 @@ class UserTurns:
             ids=self.ids + [t.event_id for t in docs],
             docs=self.docs + docs,
             ts=np.concatenate([self.ts, [t.ts.timestamp() for t in docs]]),
-            vectors=vectors,
+            vectors=vectors.astype(np.float32, copy=False),
             lexical=lexical,
             positions=positions,
             speakers=self.speakers + speakers,
@@ -228,7 +227,7 @@ class UserTurns:
             expected=expected,
             archive_seen=archive_seen,
             nbytes=self.nbytes
-            + int(added.nbytes)
+            + int(rows[0].vector.nbytes) * len(rows)
             + sum(2 * len(t) for t in texts)
             + TURN_OVERHEAD_BYTES * len(rows),
         )
