@@ -246,8 +246,7 @@ class RPCSettings(_Section):
     # expand: flat, then the cluster-mates of the best hits lifted (multi-hop).
     short_term_mode: Literal["flat", "hierarchical", "expand"] = "flat"
     # The turn index one RPC process keeps (LRU): at most this many users and this much
-    # memory (~7 KB a turn with MiniLM, its float16 vector included: a 10k-turn user is
-    # ~70 MB).
+    # memory (~8 KB a turn with MiniLM: a 10k-turn user is ~80 MB).
     turn_cache_users: int = 256
     turn_cache_mb: float = 1024.0
     # A retrieval slower than this logs a warning with when each of its steps finished.

@@ -58,7 +58,7 @@ ARCHIVE_PAGE = 1024
 # Bytes per turn beyond its vector and rendered line: the StoredTurn (~1.4 KB), its BM25
 # postings and tokens (~2.2 KB) and the row's entries in the lookup tables and marks
 # (~1.7 KB). Measured with tracemalloc over LoCoMo-dev's turns (146 characters on
-# average): ~7 KB a turn held in all (its float16 vector 768 bytes). The cache's bound (rpc.turn_cache_mb) is only as
+# average): ~7.5 KB a turn held in all. The cache's bound (rpc.turn_cache_mb) is only as
 # true as this.
 TURN_OVERHEAD_BYTES = 6 * 1024
 
