@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -12,6 +13,8 @@ from memstream.memory.text import (
     is_salient,
     lookup_keys,
     phrase_keys,
+    read_once,
+    text_memo,
     tokenize,
 )
 
@@ -367,6 +370,27 @@ def test_memoised_and_long_texts_answer_as_computed() -> None:
     # The memo keys on the common phrases too: heard before, the same line says nothing.
     assert is_salient(canned, frozenset(phrase_keys(canned))) is False
     assert is_salient(canned, set(phrase_keys(canned))) is False
+
+
+def test_texts_read_once_are_computed_and_not_kept_on_that_thread_only() -> None:
+    computed: list[str] = []
+
+    @text_memo
+    def length(text: str) -> int:
+        computed.append(text)
+        return len(text)
+
+    with read_once():
+        assert length("bulk") == length("bulk") == 4
+        seen_elsewhere: list[int] = []
+        other = threading.Thread(target=lambda: seen_elsewhere.append(length("other")))
+        other.start()
+        other.join()
+    assert computed == ["bulk", "bulk", "other"]  # the other thread's read was kept
+    assert seen_elsewhere == [5]
+    assert length("bulk") == length("bulk") == 4
+    assert length("other") == 5
+    assert computed == ["bulk", "bulk", "other", "bulk"]  # outside: once, then kept
 
 
 @pytest.mark.parametrize(
