@@ -9,6 +9,7 @@ orders and ``assemble_context`` budgets.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Literal, Protocol, TypeVar, overload
@@ -462,8 +463,8 @@ class _PerCandidate(Sequence[T]):
         self.turns, self.rows = turns, rows
         self.at = _index_of_rows(rows, len(turns.ids))
 
-    def of(self, i: int) -> T:
-        raise NotImplementedError
+    @abstractmethod
+    def of(self, i: int) -> T: ...
 
     def __len__(self) -> int:
         return len(self.rows)
