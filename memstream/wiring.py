@@ -287,9 +287,7 @@ class ServiceBuilder:
         )
 
         async def declare_topics() -> None:
-            # Output-only topics (dlq, consolidated, ...) must exist before anyone reads them.
-            for topic in topics.all():
-                await topic.maybe_declare()
+            await topics.declare()
             await deps.longterm.ensure_collection(deps.encoder.dim)
 
         on_start(app, declare_topics)

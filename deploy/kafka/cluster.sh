@@ -5,6 +5,7 @@
 #   deploy/kafka/cluster.sh down     stop the nodes (SIGTERM, then SIGKILL after 30 s); data kept
 #   deploy/kafka/cluster.sh status   which nodes run
 #   deploy/kafka/cluster.sh kill N   SIGKILL node N (fault tests);  start N: start it again
+#   deploy/kafka/cluster.sh freeze N SIGSTOP node N: up, connected, answering nothing;  thaw N
 #   deploy/kafka/cluster.sh wipe     down, then delete the data folders
 #
 # memstream then runs with MEMSTREAM_KAFKA__BROKER="$(deploy/kafka/cluster.sh url)",
@@ -201,10 +202,12 @@ case "${1:-}" in
   bootstrap) bootstrap ;;
   kill) pid=$(pid_of "$2") && kill -KILL "$pid" && rm -f "$dir/node$2/pid" ;;
   start) start_node "$2" && wait_port "$(broker_port "$2")" 900 ;;
+  freeze) pid=$(pid_of "$2") && kill -STOP "$pid" ;;
+  thaw) pid=$(pid_of "$2") && kill -CONT "$pid" ;;
   stop) stop_node "$2" ;;
   wipe) down; rm -rf "$dir" ;;
   topics) shift; java_cmd org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap)" "$@" ;;
   groups) shift; java_cmd org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
     --bootstrap-server "$(bootstrap)" "$@" ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

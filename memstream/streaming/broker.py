@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import aiokafka
 import faust
 from aiokafka import AIOKafkaProducer
+from aiokafka.conn import CloseReason
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import EventT, TransportT
 
 from memstream.schemas import TOPICS
 from memstream.settings import KafkaSettings
+
+log = logging.getLogger("memstream.streams")
 
 # -- the consumer transport ---------------------------------------------------------------
 
@@ -96,8 +100,48 @@ class ShortFetchConsumer(faust_aiokafka.Consumer):
         return ShortFetchConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+# -- the producer ---------------------------------------------------------------------------
+
+# How long the producer waits for a metadata answer before it gives the connections up. The
+# producer's request timeout is faust's 20 minutes (it is also how long an undelivered batch
+# is retried), so one unanswered metadata request held every send waiting on it (a partition
+# with no known leader yet) for 20 minutes: seen on the 3-node Kafka cluster, the replay
+# stalled and the stop hung on the producer's flush. Kafka's Java client closes a connection
+# whose request timed out (request.timeout.ms, 30 s); so does this.
+METADATA_TIMEOUT_S = 30.0
+
+
+def bound_metadata_updates(client: Any, timeout_s: float = METADATA_TIMEOUT_S) -> None:
+    """Make ``client`` (an ``aiokafka.AIOKafkaClient``) give up a metadata update after
+    ``timeout_s``: its connections are closed (their pending requests fail and are retried
+    on fresh ones) and the update reports failure, so the next one starts over."""
+    update = client._metadata_update  # aiokafka's own, pinned; no public hook exists
+
+    async def bounded(cluster: Any, topics: Any) -> bool:
+        try:
+            return bool(await asyncio.wait_for(update(cluster, topics), timeout_s))
+        except TimeoutError:
+            log.warning(
+                "no metadata answer from the broker in %.0f s: reconnecting the producer",
+                timeout_s,
+            )
+            for conn in list(client._conns.values()):
+                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
+            return False
+
+    client._metadata_update = bounded
+
+
+class BoundedMetadataProducer(faust_aiokafka.Producer):
+    def _new_producer(self, transactional_id: str | None = None) -> AIOKafkaProducer:
+        producer = super()._new_producer(transactional_id)
+        bound_metadata_updates(producer.client)
+        return producer
+
+
 class ShortFetchTransport(faust_aiokafka.Transport):
     Consumer = ShortFetchConsumer
+    Producer = BoundedMetadataProducer
 
 
 # -- the app and its topics ---------------------------------------------------------------
@@ -113,9 +157,25 @@ class Topics:
     control: faust.TopicT
     reminders: faust.TopicT
     dlq: faust.TopicT
+    # Set once ``declare`` has run: the stages produce only after it. A process started on
+    # a log that holds events dead-letters within its first second; sent before the dlq was
+    # declared, the letter had a broker that auto-creates topics make the dlq with its own
+    # partitions and replication, which memstream's declaration then could not change.
+    declared: asyncio.Event = field(default_factory=asyncio.Event, init=False, compare=False)
 
     def all(self) -> list[faust.TopicT]:
         return [getattr(self, t.name) for t in TOPICS]
+
+    async def declare(self) -> None:
+        """Declare every topic on the broker (the output-only ones too, so that they exist
+        before anyone reads them), then let the stages produce, whatever happened."""
+        started = time.perf_counter()
+        try:
+            for topic in self.all():
+                await topic.maybe_declare()
+            log.info("declared %d topics in %.2f s", len(TOPICS), time.perf_counter() - started)
+        finally:
+            self.declared.set()
 
 
 class MemstreamApp(faust.App):

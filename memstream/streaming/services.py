@@ -48,7 +48,7 @@ class Services:
 
     def stage(self, name: str, source: faust.TopicT) -> Stage:
         """The stage ``name`` reading ``source``, dead-lettering to ``memstream.dlq``."""
-        return Stage(name, source, self.topics.dlq, self.metrics)
+        return Stage(name, source, self.topics.dlq, self.metrics, declared=self.topics.declared)
 
     def role_consolidator(self) -> Consolidator:
         """The consolidate role's consolidator (an error where it was not built)."""

@@ -294,12 +294,25 @@ class Stage:
     """One stage of the pipeline: its name, its source topic, its dead letters and metrics."""
 
     def __init__(
-        self, name: str, source: faust.TopicT, dlq: faust.TopicT, metrics: Metrics
+        self,
+        name: str,
+        source: faust.TopicT,
+        dlq: faust.TopicT,
+        metrics: Metrics,
+        *,
+        declared: asyncio.Event | None = None,
     ) -> None:
         self.name = name
         self.source = source
         self.metrics = metrics
+        # The stage's agent takes its first message once the topics are declared
+        # (``Topics.declared``); None: at once.
+        self.declared = declared
         self.dead_letters = DeadLetters(dlq, metrics, stage=name, source=source)
+
+    async def wait_declared(self) -> None:
+        if self.declared is not None:
+            await self.declared.wait()
 
     async def retry(self, work: Callable[[], Awaitable[T]]) -> T:
         """``work`` under the retry policy: outages waited out, errors tried 3 times."""
@@ -395,6 +408,7 @@ class Stage:
 
         @app.agent(self.source, name=agent)
         async def run(stream: faust.StreamT[bytes]) -> None:
+            await self.wait_declared()
             async for message in stream.events():
                 await self.handle_message(model, handle, message)
 
@@ -421,6 +435,7 @@ class Stage:
 
         @app.agent(self.source, name=agent)
         async def run(stream: faust.StreamT[bytes]) -> None:
+            await self.wait_declared()
             async for batch in take(stream, batch_size, within_s):
                 await self.handle_batch(model, handle, batch, invalid)
 
@@ -440,6 +455,7 @@ class Stage:
 
         @app.agent(self.source, name=agent)
         async def run(stream: faust.StreamT[bytes]) -> None:
+            await self.wait_declared()
             batches = take_ready_deferred(stream, batch_size, within_s)
             async with contextlib.aclosing(batches):
                 await self.run_pipelined(model, prepare, publish, batches)
