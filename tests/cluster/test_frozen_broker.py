@@ -1,7 +1,8 @@
 """A broker that is up and connected but answers nothing (SIGSTOP: a long GC pause, a hung
 disk) does not hold the producer's sends for its 20-minute request timeout: a metadata
 request it leaves unanswered is given up after ``METADATA_TIMEOUT_S`` and asked again over
-fresh connections (``broker.bound_metadata_updates``, on every memstream producer).
+fresh connections (``broker.bound_metadata_updates``, on the faust producer the stages
+send with; the RPC's own producer keeps aiokafka's 40 s request timeout).
 
 The topics' leaders are never the frozen node, so only a metadata request can reach it;
 acks=1, so no send waits for the frozen follower to leave the in-sync replicas. Without the
