@@ -104,10 +104,9 @@ class ShortFetchConsumer(faust_aiokafka.Consumer):
 
 # How long the producer waits for a metadata answer before it gives the connections up. The
 # producer's request timeout is faust's 20 minutes (it is also how long an undelivered batch
-# is retried), so one unanswered metadata request held every send waiting on it (a partition
-# with no known leader yet) for 20 minutes: seen on the 3-node Kafka cluster, the replay
-# stalled and the stop hung on the producer's flush. Kafka's Java client closes a connection
-# whose request timed out (request.timeout.ms, 30 s); so does this.
+# is retried), so a broker that is connected but answers nothing (SIGSTOP here: 6 of 6 sends
+# to new topics hung) would hold every send that needs metadata for 20 minutes. Kafka's Java
+# client closes a connection whose request timed out (request.timeout.ms, 30 s); so does this.
 METADATA_TIMEOUT_S = 30.0
 
 
