@@ -35,6 +35,7 @@ from memstream.memory.cluster_state import Cluster
 from memstream.memory.lexical import LexicalIndex
 from memstream.memory.ranking import RankingParams
 from memstream.memory.turns import stored_turn
+from memstream.memory.vectors import FloatArray, mean_direction
 from memstream.metrics import Metrics
 from memstream.rpc.retrieval import QueryEncoder, Retriever, ShortTermMode, exemplars_of
 from memstream.schemas import (
@@ -176,7 +177,7 @@ class _Clusters:
 
 class _LongTerm:
     """``search`` and ``find_by_keys`` as the LongTermStore contract states them, by numpy;
-    a memory's vector is what the consolidator stores: the encoding of ``memory_text``."""
+    a memory's vector is what the consolidator stores (``_memory_vector``)."""
 
     def __init__(
         self,
@@ -237,14 +238,23 @@ def retriever(
         exemplars=exemplars_of(encoder),
     )
     r.turn_index = cast(Any, _Turns(turns))
-    # What the consolidator stores as a memory's vector: the encoding of its rendered text.
     longterm.vectors = {
-        user: encoder.encode([r._memory_text(m) for m in st.memories])
+        user: np.stack([_memory_vector(m, st.turns) for m in st.memories])
         if st.memories
         else np.zeros((0, encoder.dim), np.float32)
         for user, st in snap.items()
     }
     return r
+
+
+def _memory_vector(memory: ConsolidatedMemory, turns: list[TurnWithVector]) -> FloatArray:
+    """What the consolidator stores as a memory's vector (``workers.consolidate``): the mean
+    direction of the stored vectors of the turns it was built from, the newest
+    ``consolidation.max_turns`` of them (the turns one consolidation reads)."""
+    vectors = {t.turn.event_id: t.vector for t in turns}
+    newest = Settings().consolidation.max_turns
+    rows = [vectors[e] for e in memory.source_event_ids[-newest:] if e in vectors]
+    return mean_direction(np.stack(rows)).astype(np.float32)
 
 
 # --- scoring ------------------------------------------------------------------------------

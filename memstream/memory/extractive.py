@@ -11,7 +11,13 @@ phrase rules of ``memory.phrases``:
 - a promise is an open action until a later turn resolves it (names what was promised and
   says it happened) or the story it belongs to ends (a delivery promise once the order is
   delivered);
-- the title names the entity and the topic ("Order A-10293 — delivery").
+- the title names the entity and the topic ("Order A-10293 — delivery");
+- a topic (a cluster's key, ``topic:<id>``) gets a digest instead of top sentences: the
+  facts its speakers stated, one line per session first, each line ``speaker: sentence``
+  with its day, titled by who speaks and the words the lines share. Advice, compliments and
+  small talk are left out by their grammar, not by their words: a digest line names
+  something exact or speaks in the first person more than it addresses the listener (see
+  ``_states_a_fact``).
 
 It is deterministic: the same turns always give the same memory. Pure.
 
@@ -54,6 +60,7 @@ from memstream.memory.text import extract_entities, is_salient, tokenize
 from memstream.schemas import Fact, MemoryContent, OpenAction, StoredTurn, TimelineEntry
 
 MAX_FACTS = 6
+TOPIC_PREFIX = "topic:"
 MAX_TITLE_CHARS = 80
 MAX_ITEM_CHARS = 160
 MAX_PAST_VALUES = 3  # superseded values per attribute handed to the merge as history
@@ -76,6 +83,15 @@ WORK_BUDGET = 160_000
 Cut = Literal["input", "budget"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])\s*|\n+")
+# An attachment or stage direction in brackets ("[shares a photo: ...]") is not speech.
+_BRACKETED = re.compile(r"\[[^\[\]]*\]")
+_FIRST_PERSON = re.compile(
+    r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours)\b|我",
+    re.IGNORECASE,
+)
+_SECOND_PERSON = re.compile(
+    r"\b(?:you|you're|you've|you'd|you'll|your|yours|yourself|ya|u)\b|你|您", re.IGNORECASE
+)
 _QUESTION = re.compile(r"[?？]\s*$|吗[。！]?\s*$")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _CJK_FILLER = frozenset("的了吗呢吧啊是我你您他她们在有和就也都很这那个会")
@@ -148,6 +164,10 @@ class _Sentence:
     commitment: bool  # a promise ("I will", "我会跟进")
     question: bool
     salient: bool  # a statement worth keeping as a fact
+
+
+# Near-duplicate sentences folded into one: the first, its attribute, every event id.
+_Group = tuple[_Sentence, str | None, list[str]]
 
 
 @dataclass
@@ -239,7 +259,7 @@ def extract_memory(
     states = [s for s in sentences if s.state is not None]
     status_facts = _status_facts(states)
     status = status_facts[-1].text if status_facts else ""
-    facts = [*_facts(ranked, {id(s) for s in states}, work), *status_facts]
+    facts, who = _key_facts(key, ranked, states, status_facts, work)
     timeline = []
     for t in ordered:
         mine = [s for s in by_turn[t.event_id] if not s.question]
@@ -259,7 +279,7 @@ def extract_memory(
         for w in {w for s in by_turn[t.event_id] if s.salient or s.commitment for w in s.tokens}:
             df[w] = df.get(w, 0) + 1
     said = " ".join(s.text for s in sentences if s.salient or s.commitment)
-    title = _title(label, states, facts, df, known, action_family(said))
+    title = _quoting(who, _title(label, states, facts, df, known, action_family(said)))
     terms = [w for w, n in df.items() if n >= 2 and w not in known and _is_term(w)]
     terms = sorted(terms, key=lambda w: (-df[w], w))[:3]
     current = [f for f in facts if f.attribute != "status"]
@@ -338,7 +358,7 @@ def _sentences(
             (promise is not None and promise.start() < state.start) or _about_other(entities, own)
         ):
             state = None
-        tokens = frozenset(tokenize(text))
+        tokens = frozenset(tokenize(_BRACKETED.sub(" ", text)))  # speech, not attachments
         content = tokens - known - _NARRATION
         fact_worthy = len(content) >= 2 or (bool(_CJK.search(text)) and len(content) >= 1)
         out.append(
@@ -560,9 +580,25 @@ def _attribute(s: _Sentence) -> str | None:
     return None
 
 
-def _facts(ranked: list[_Sentence], status_sentences: set[int], work: _Budget) -> list[Fact]:
+def _key_facts(
+    key: str, ranked: list[_Sentence], states: list[_Sentence], status: list[Fact], work: _Budget
+) -> tuple[list[Fact], str]:
+    """The facts of ``key``, the status facts after them, and who they quote (a topic's
+    digest quotes its speakers; an entity's facts quote nobody)."""
+    digest = key.startswith(TOPIC_PREFIX)
+    facts = _facts(ranked, {id(s) for s in states}, work, digest=digest)
+    return [*facts, *status], _quoted_speakers(facts, ranked) if digest else ""
+
+
+def _facts(
+    ranked: list[_Sentence], status_sentences: set[int], work: _Budget, *, digest: bool = False
+) -> list[Fact]:
     """Top sentences, near-duplicates folded together; per attribute the newest value,
-    preceded by up to ``MAX_PAST_VALUES`` older ones (history for the merge)."""
+    preceded by up to ``MAX_PAST_VALUES`` older ones (history for the merge).
+
+    A topic's ``digest`` fills the rest with the facts its speakers stated
+    (``_states_a_fact``), the best of each session first -- a topic is what recurs across
+    sessions -- each line ``speaker: text``, in the order it was said."""
     # a state is the status (and its history), not a fact besides it
     groups = _fold([s for s in ranked if id(s) not in status_sentences], work)
     by_attribute: dict[str, list[int]] = {}
@@ -574,9 +610,12 @@ def _facts(ranked: list[_Sentence], status_sentences: set[int], work: _Budget) -
         members.sort(key=lambda i: (groups[i][0].turn.ts, i))
         keep.append(members[-1])
     keep = keep[:MAX_FACTS]
-    for i, (_, attribute, _) in enumerate(groups):
-        if len(keep) < MAX_FACTS and attribute is None:
-            keep.append(i)
+    others = [
+        i
+        for i, (s, attribute, _) in enumerate(groups)
+        if attribute is None and (not digest or _states_a_fact(s))
+    ]
+    keep += (_across_sessions(others, groups) if digest else others)[: MAX_FACTS - len(keep)]
     past = [
         i
         for members in by_attribute.values()
@@ -586,15 +625,62 @@ def _facts(ranked: list[_Sentence], status_sentences: set[int], work: _Budget) -
 
     def fact(i: int) -> Fact:
         s, attribute, ids = groups[i]
-        return Fact(text=clip(s.text, MAX_ITEM_CHARS), attribute=attribute, source_event_ids=ids,
+        text = _quoted(s) if digest else s.text
+        return Fact(text=clip(text, MAX_ITEM_CHARS), attribute=attribute, source_event_ids=ids,
                     ts=s.turn.ts)  # fmt: skip
 
+    def said_at(i: int) -> tuple[datetime, int]:
+        return (groups[i][0].turn.ts, i)
+
     # older values of an attribute first: folding them in order leaves the newest current
-    oldest_first = sorted(past, key=lambda i: (groups[i][0].turn.ts, i))
-    return [fact(i) for i in oldest_first] + [fact(i) for i in sorted(keep)]
+    shown = sorted(keep, key=said_at) if digest else sorted(keep)
+    return [fact(i) for i in sorted(past, key=said_at)] + [fact(i) for i in shown]
 
 
-def _fold(ranked: list[_Sentence], work: _Budget) -> list[tuple[_Sentence, str | None, list[str]]]:
+def _across_sessions(ranked: list[int], groups: list[_Group]) -> list[int]:
+    """``ranked`` with the best group of each session first, then the rest, in rank order."""
+    sessions: set[str] = set()
+    firsts = []
+    for i in ranked:
+        if groups[i][0].turn.session_id not in sessions:
+            sessions.add(groups[i][0].turn.session_id)
+            firsts.append(i)
+    chosen = set(firsts)
+    return firsts + [i for i in ranked if i not in chosen]
+
+
+def _quoted(s: _Sentence) -> str:
+    """``speaker: text``, without attachment notes in brackets."""
+    said = " ".join(_BRACKETED.sub(" ", s.text).split())
+    return f"{s.turn.speaker}: {said}" if s.turn.speaker else said
+
+
+def _quoted_speakers(facts: list[Fact], ranked: list[_Sentence]) -> str:
+    """Who a digest's lines quote, the most quoted first (at most two, for the title)."""
+    speaker_of = {s.turn.event_id: s.turn.speaker for s in ranked}
+    quoted: dict[str, int] = {}
+    for f in facts:
+        who = speaker_of.get(f.source_event_ids[0]) if f.source_event_ids else None
+        if who and f.text.startswith(f"{who}: "):
+            quoted[who] = quoted.get(who, 0) + 1
+    return " & ".join(sorted(quoted, key=lambda w: (-quoted[w], w))[:2])
+
+
+def _quoting(who: str, title: str) -> str:
+    return clip(f"{who} — {title}", MAX_TITLE_CHARS) if who else title
+
+
+def _states_a_fact(s: _Sentence) -> bool:
+    """A digest line: a sentence that names something exact (an entity, a number), or tells
+    of the speaker's own life rather than advising, praising or chatting to the listener --
+    it says "I" / "we" more often than "you" (attachments in brackets aside)."""
+    said = _BRACKETED.sub(" ", s.text)
+    if s.entities or any(c.isdigit() for c in said):
+        return True
+    return len(_FIRST_PERSON.findall(said)) > len(_SECOND_PERSON.findall(said))
+
+
+def _fold(ranked: list[_Sentence], work: _Budget) -> list[_Group]:
     """Sentences in rank order as groups of near-duplicates: (first sentence, its attribute,
     the event ids of all). A sentence folds into the first group whose first sentence is
     ``_similar``.
@@ -605,7 +691,7 @@ def _fold(ranked: list[_Sentence], work: _Budget) -> list[tuple[_Sentence, str |
     so the result is the pairwise one. Stops, with the groups made so far, when ``work``
     runs out.
     """
-    groups: list[tuple[_Sentence, str | None, list[str]]] = []
+    groups: list[_Group] = []
     norms: list[str] = []  # of each group's first sentence
     by_norm: dict[str, int] = {}
     by_token: dict[str, list[int]] = {}

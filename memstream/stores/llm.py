@@ -134,6 +134,11 @@ dates or promises.
 - facts: at most 8 short sentences, each with the ids of the turns it comes from \
 (source_event_ids) and their time (ts); set attribute for state-like facts \
 ("status", "delivery_date", "preference:<topic>", "address").
+- Facts state what people did, have, plan or prefer, and who: never greetings, small \
+talk, compliments or advice given to the other person.
+- A topic key (topic:...) is a subject that recurs across sessions: its facts are a digest \
+of what was said of it in different sessions, each "<speaker>: <fact>", and its title names \
+who it is about and the subject.
 - timeline: one entry per turn that changed something, with its ts and event_id.
 - open_actions: promises not yet kept, with due (ISO 8601) when a deadline is stated.
 - keys: order numbers, emails, phone numbers, product names and other exact identifiers.
