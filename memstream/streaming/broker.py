@@ -131,10 +131,61 @@ def bound_metadata_updates(client: Any, timeout_s: float = METADATA_TIMEOUT_S) -
     client._metadata_update = bounded
 
 
+# How long a partition may hold batches with no leader known before the producer says so.
+# Leader elections take well under a second on a healthy cluster; a send waits on them
+# silently, so a partition whose leader this client cannot learn would otherwise show only
+# as a stage that stopped producing.
+LEADERLESS_WARN_S = 20.0
+
+
+def warn_leaderless(
+    client: Any,
+    waiting: Callable[[], Sequence[aiokafka.TopicPartition]],
+    after_s: float = LEADERLESS_WARN_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """After each metadata update of ``client``, log once per episode every partition in
+    ``waiting`` (those with batches to send) that has had no known leader for ``after_s``:
+    what this client's metadata says of its topic, and the brokers it knows."""
+    update = client._metadata_update
+    since: dict[aiokafka.TopicPartition, float] = {}  # inf once warned
+
+    async def watched(cluster: Any, topics: Any) -> bool:
+        updated = bool(await update(cluster, topics))
+        now = clock()
+        leaderless = {tp for tp in waiting() if cluster.leader_for_partition(tp) in (None, -1)}
+        for tp in [tp for tp in since if tp not in leaderless]:
+            del since[tp]
+        for tp in sorted(leaderless):
+            first = since.setdefault(tp, now)
+            if now - first >= after_s:
+                since[tp] = float("inf")
+                parts = sorted(cluster.partitions_for_topic(tp.topic) or ())
+                leaders = {
+                    p: cluster.leader_for_partition(aiokafka.TopicPartition(tp.topic, p))
+                    for p in parts
+                }
+                log.warning(
+                    "%s[%d] has had batches waiting and no leader for %.0f s; this producer's "
+                    "metadata (last update %s) has leaders %s for its partitions; brokers %s",
+                    tp.topic,
+                    tp.partition,
+                    now - first,
+                    "answered" if updated else "failed",
+                    leaders,
+                    sorted(b.nodeId for b in cluster.brokers()),
+                )
+        return updated
+
+    client._metadata_update = watched
+
+
 class BoundedMetadataProducer(faust_aiokafka.Producer):
     def _new_producer(self, transactional_id: str | None = None) -> AIOKafkaProducer:
         producer = super()._new_producer(transactional_id)
         bound_metadata_updates(producer.client)
+        batches = producer._message_accumulator._batches  # aiokafka's own, pinned
+        warn_leaderless(producer.client, lambda: [tp for tp, queued in batches.items() if queued])
         return producer
 
 

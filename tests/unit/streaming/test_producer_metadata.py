@@ -8,6 +8,7 @@ and a version that renames them fails here rather than in production."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import aiokafka
@@ -17,6 +18,7 @@ from memstream.streaming.broker import (
     BoundedMetadataProducer,
     ShortFetchTransport,
     bound_metadata_updates,
+    warn_leaderless,
 )
 
 
@@ -66,3 +68,70 @@ async def test_an_answered_update_passes_through_untouched() -> None:
 
 def test_the_app_transport_builds_the_bounded_producer() -> None:
     assert ShortFetchTransport.Producer is BoundedMetadataProducer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_partition_without_a_leader_is_named_once_after_the_wait(caplog: Any) -> None:
+    """The producer's own metadata says no leader for a partition that has batches waiting:
+    after ``after_s`` the log names it, once, with what the metadata holds."""
+
+    async def answered(cluster: Any, topics: Any) -> bool:
+        return True
+
+    client, _ = client_with(answered)
+    stuck = aiokafka.TopicPartition("memstream.triggers", 2)
+    clock = Clock()
+    warn_leaderless(client, lambda: [stuck], after_s=20.0, clock=clock)
+    caplog.set_level(logging.WARNING, logger="memstream.streams")
+    for now in (100.0, 110.0, 119.0):
+        clock.now = now
+        assert await client._metadata_update(client.cluster, {"memstream.triggers"}) is True
+    assert not caplog.records
+    for now in (121.0, 130.0, 200.0):
+        clock.now = now
+        await client._metadata_update(client.cluster, {"memstream.triggers"})
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert message.startswith(
+        "memstream.triggers[2] has had batches waiting and no leader for 21 s"
+    )
+    assert "last update answered" in message
+
+
+async def test_a_partition_whose_leader_is_known_again_starts_a_new_episode(caplog: Any) -> None:
+    waiting: list[aiokafka.TopicPartition] = [aiokafka.TopicPartition("memstream.dlq", 0)]
+
+    async def answered(cluster: Any, topics: Any) -> bool:
+        return True
+
+    client, _ = client_with(answered)
+    clock = Clock()
+    warn_leaderless(client, lambda: waiting, after_s=20.0, clock=clock)
+    caplog.set_level(logging.WARNING, logger="memstream.streams")
+    await client._metadata_update(client.cluster, set())
+    clock.now += 15.0
+    waiting.clear()  # sent: nothing waits any more
+    await client._metadata_update(client.cluster, set())
+    waiting.append(aiokafka.TopicPartition("memstream.dlq", 0))
+    clock.now += 15.0
+    await client._metadata_update(client.cluster, set())
+    assert not caplog.records  # 15 s, then 0 s: never 20 in a row
+    clock.now += 20.0
+    await client._metadata_update(client.cluster, set())
+    assert len(caplog.records) == 1
+
+
+async def test_the_producer_holds_its_batches_where_the_warning_reads_them() -> None:
+    producer: Any = aiokafka.AIOKafkaProducer(bootstrap_servers="127.0.0.1:9")
+    try:
+        assert isinstance(producer._message_accumulator._batches, dict)
+        assert hasattr(producer.client, "_metadata_update")
+    finally:
+        await producer.stop()
