@@ -180,9 +180,31 @@ def warn_leaderless(
     client._metadata_update = watched
 
 
+def track_sent_topics(client: Any) -> None:
+    """Make ``client`` keep asking for the metadata of every topic it was asked to send to.
+
+    aiokafka adds a topic to the set its metadata requests name only when it does not know
+    the topic's partitions yet. A topic learnt from an all-topics answer (the first requests,
+    and every request while that set is empty) is never added; once a later send adds another
+    topic, each answer names only that one, and the first topic drops out of the metadata.
+    Its batches then wait for a leader the producer no longer asks about, until another send
+    to it (none, at the end of a stream). Seen on the 3-node cluster: a topic's partitions
+    with batches waiting and an empty leader map, every update answered.
+    """
+    wait = client._wait_on_metadata  # aiokafka's own, pinned
+
+    async def tracked(topic: str) -> Any:
+        if topic not in client._topics:
+            client.add_topic(topic)  # the update it starts runs in the background
+        return await wait(topic)
+
+    client._wait_on_metadata = tracked
+
+
 class BoundedMetadataProducer(faust_aiokafka.Producer):
     def _new_producer(self, transactional_id: str | None = None) -> AIOKafkaProducer:
         producer = super()._new_producer(transactional_id)
+        track_sent_topics(producer.client)
         bound_metadata_updates(producer.client)
         batches = producer._message_accumulator._batches  # aiokafka's own, pinned
         warn_leaderless(producer.client, lambda: [tp for tp, queued in batches.items() if queued])
@@ -439,6 +461,7 @@ class EventPublisher:
             # Sends made while a request is in flight still go out as one batch.
             linger_ms=0,
         )
+        track_sent_topics(self._producer.client)
 
     async def start(self) -> None:
         await self._producer.start()

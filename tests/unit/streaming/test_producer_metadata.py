@@ -13,11 +13,14 @@ from typing import Any
 
 import aiokafka
 from aiokafka.conn import CloseReason
+from aiokafka.protocol.metadata import MetadataResponse_v0
 
 from memstream.streaming.broker import (
     BoundedMetadataProducer,
+    EventPublisher,
     ShortFetchTransport,
     bound_metadata_updates,
+    track_sent_topics,
     warn_leaderless,
 )
 
@@ -135,3 +138,45 @@ async def test_the_producer_holds_its_batches_where_the_warning_reads_them() -> 
         assert hasattr(producer.client, "_metadata_update")
     finally:
         await producer.stop()
+
+
+def metadata_naming(*topics: str) -> Any:
+    """A metadata answer from one broker naming ``topics``, one partition each, led by it."""
+    return MetadataResponse_v0(
+        brokers=[(1, "127.0.0.1", 9)],
+        topics=[(0, topic, [(0, 0, 1, [1], [1])]) for topic in topics],
+    )
+
+
+async def test_aiokafka_forgets_a_topic_it_learnt_from_an_all_topics_answer() -> None:
+    """Why ``track_sent_topics`` exists: a topic whose partitions are known is never added to
+    the tracked set, so an answer naming only another topic drops it from the metadata."""
+    client: Any = aiokafka.AIOKafkaClient(bootstrap_servers="127.0.0.1:9")
+    client.cluster.update_metadata(metadata_naming("encoded", "dlq"))  # all topics
+    assert await client._wait_on_metadata("encoded") == {0}
+    assert "encoded" not in client._topics
+    client.add_topic("dlq")
+    client.cluster.update_metadata(metadata_naming(*client._topics))  # what it now asks for
+    assert client.cluster.partitions_for_topic("encoded") is None
+
+
+async def test_a_topic_sent_to_stays_in_the_metadata_requests() -> None:
+    client: Any = aiokafka.AIOKafkaClient(bootstrap_servers="127.0.0.1:9")
+    track_sent_topics(client)
+    client.cluster.update_metadata(metadata_naming("encoded", "dlq"))
+    assert await client._wait_on_metadata("encoded") == {0}
+    client.add_topic("dlq")
+    assert client._topics == {"encoded", "dlq"}
+    client.cluster.update_metadata(metadata_naming(*client._topics))
+    assert client.cluster.partitions_for_topic("encoded") == {0}
+
+
+async def test_the_rpc_producer_tracks_the_topics_it_sends_to() -> None:
+    publisher = EventPublisher("kafka://127.0.0.1:9")
+    client: Any = publisher._producer.client
+    try:
+        client.cluster.update_metadata(metadata_naming("events", "dlq"))
+        await client._wait_on_metadata("events")
+        assert client._topics == {"events"}
+    finally:
+        await publisher._producer.stop()
