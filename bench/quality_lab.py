@@ -238,23 +238,26 @@ def retriever(
         exemplars=exemplars_of(encoder),
     )
     r.turn_index = cast(Any, _Turns(turns))
-    longterm.vectors = {
-        user: np.stack([_memory_vector(m, st.turns) for m in st.memories])
-        if st.memories
-        else np.zeros((0, encoder.dim), np.float32)
-        for user, st in snap.items()
-    }
+    longterm.vectors = {user: _memory_vectors(st, encoder.dim) for user, st in snap.items()}
     return r
 
 
-def _memory_vector(memory: ConsolidatedMemory, turns: list[TurnWithVector]) -> FloatArray:
-    """What the consolidator stores as a memory's vector (``workers.consolidate``): the mean
-    direction of the stored vectors of the turns it was built from, the newest
+def _memory_vectors(st: UserState, dim: int) -> FloatArray:
+    """What the consolidator stores as each memory's vector (``workers.consolidate``): the
+    mean direction of the stored vectors of the turns it was built from, the newest
     ``consolidation.max_turns`` of them (the turns one consolidation reads)."""
-    vectors = {t.turn.event_id: t.vector for t in turns}
+    if not st.memories:
+        return np.zeros((0, dim), np.float32)
+    vectors = {t.turn.event_id: t.vector for t in st.turns}
     newest = Settings().consolidation.max_turns
-    rows = [vectors[e] for e in memory.source_event_ids[-newest:] if e in vectors]
-    return mean_direction(np.stack(rows)).astype(np.float32)
+    return np.stack(
+        [
+            mean_direction(
+                np.stack([vectors[e] for e in m.source_event_ids[-newest:] if e in vectors])
+            ).astype(np.float32)
+            for m in st.memories
+        ]
+    )
 
 
 # --- scoring ------------------------------------------------------------------------------

@@ -157,6 +157,7 @@ _ATTRIBUTE_TOPICS = {
 @dataclass(frozen=True)
 class _Sentence:
     text: str
+    said: str  # ``text`` without attachment notes in brackets, whitespace collapsed
     turn: StoredTurn
     tokens: frozenset[str]
     entities: frozenset[str]
@@ -358,12 +359,14 @@ def _sentences(
             (promise is not None and promise.start() < state.start) or _about_other(entities, own)
         ):
             state = None
-        tokens = frozenset(tokenize(_BRACKETED.sub(" ", text)))  # speech, not attachments
+        said = " ".join(_BRACKETED.sub(" ", text).split())  # speech, not attachments
+        tokens = frozenset(tokenize(said))
         content = tokens - known - _NARRATION
         fact_worthy = len(content) >= 2 or (bool(_CJK.search(text)) and len(content) >= 1)
         out.append(
             _Sentence(
                 text=text,
+                said=said,
                 turn=turn,
                 tokens=tokens,
                 entities=entities,
@@ -651,17 +654,15 @@ def _across_sessions(ranked: list[int], groups: list[_Group]) -> list[int]:
 
 def _quoted(s: _Sentence) -> str:
     """``speaker: text``, without attachment notes in brackets."""
-    said = " ".join(_BRACKETED.sub(" ", s.text).split())
-    return f"{s.turn.speaker}: {said}" if s.turn.speaker else said
+    return f"{s.turn.speaker}: {s.said}" if s.turn.speaker else s.said
 
 
 def _quoted_speakers(facts: list[Fact], ranked: list[_Sentence]) -> str:
     """Who a digest's lines quote, the most quoted first (at most two, for the title)."""
     speaker_of = {s.turn.event_id: s.turn.speaker for s in ranked}
     quoted: dict[str, int] = {}
-    for f in facts:
-        who = speaker_of.get(f.source_event_ids[0]) if f.source_event_ids else None
-        if who and f.text.startswith(f"{who}: "):
+    for f in facts:  # a fact's first source is its line's own turn (``_fold``)
+        if who := speaker_of.get(f.source_event_ids[0]) if f.source_event_ids else None:
             quoted[who] = quoted.get(who, 0) + 1
     return " & ".join(sorted(quoted, key=lambda w: (-quoted[w], w))[:2])
 
@@ -674,10 +675,9 @@ def _states_a_fact(s: _Sentence) -> bool:
     """A digest line: a sentence that names something exact (an entity, a number), or tells
     of the speaker's own life rather than advising, praising or chatting to the listener --
     it says "I" / "we" more often than "you" (attachments in brackets aside)."""
-    said = _BRACKETED.sub(" ", s.text)
-    if s.entities or any(c.isdigit() for c in said):
+    if s.entities or any(c.isdigit() for c in s.said):
         return True
-    return len(_FIRST_PERSON.findall(said)) > len(_SECOND_PERSON.findall(said))
+    return len(_FIRST_PERSON.findall(s.said)) > len(_SECOND_PERSON.findall(s.said))
 
 
 def _fold(ranked: list[_Sentence], work: _Budget) -> list[_Group]:
